@@ -1,0 +1,39 @@
+"""helpers: the one shared package of the softmax course.
+
+Import it before anything decorates a Triton kernel: ``helpers.mode`` decides, once per process,
+whether kernels are compiled for a GPU or run in Triton's interpreter on the CPU.
+"""
+
+from .mode import DEVICE, INTERPRETER, MODE, ON_GPU, banner, describe  # noqa: I001  (must come first)
+from .checks import check_tensor
+from .reference import (
+    TOLERANCES,
+    ErrorReport,
+    assert_matches_reference,
+    error_report,
+    naive_softmax,
+    naive_softmax_rowwise,
+    reference_softmax,
+    stable_softmax,
+)
+from .kernels import (
+    INTERPRETER_PROGRAMS,
+    MAX_FUSED_COLS,
+    gpu_props,
+    num_warps_for,
+    occupancy,
+    softmax,
+    softmax_fused,
+    softmax_online,
+    softmax_persistent,
+    softmax_three_pass,
+)
+from .show import show_source
+
+__all__ = [
+    "DEVICE", "INTERPRETER", "MODE", "ON_GPU", "banner", "describe", "check_tensor",
+    "TOLERANCES", "ErrorReport", "assert_matches_reference", "error_report", "naive_softmax",
+    "naive_softmax_rowwise", "reference_softmax", "stable_softmax",
+    "INTERPRETER_PROGRAMS", "MAX_FUSED_COLS", "gpu_props", "num_warps_for", "occupancy", "softmax",
+    "softmax_fused", "softmax_online", "softmax_persistent", "softmax_three_pass", "show_source",
+]

@@ -1,0 +1,57 @@
+"""Input validation shared by every public helper.
+
+Each error says what was wrong and what to do about it. Nothing here modifies its input.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .mode import DEVICE, MODE
+
+FLOATING = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def check_tensor(x, name: str = "x", *, kernel: bool = False) -> None:
+    """Raise a clear error unless ``x`` is a floating tensor with at least one dimension.
+
+    With ``kernel=True`` also check that ``x`` lives where the course's Triton kernels run
+    (the GPU in GPU mode, the CPU under the interpreter).
+    """
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(
+            f"{name} must be a torch.Tensor, got {type(x).__name__}: "
+            f"wrap your data with torch.tensor(...) first."
+        )
+    if x.dtype not in FLOATING:
+        raise TypeError(
+            f"{name} has dtype {x.dtype}, but softmax needs a floating tensor "
+            f"(float16, bfloat16, float32 or float64): convert it with {name}.float()."
+        )
+    if x.dim() == 0:
+        raise ValueError(
+            f"{name} is a 0-d tensor (a single number); softmax works over the last dimension "
+            f"of a tensor with at least one: use {name}.reshape(1)."
+        )
+    if kernel and x.device.type != DEVICE.type:
+        if MODE == "gpu":
+            fix = f"move it with {name}.to('cuda') (or {name}.to(helpers.DEVICE))"
+        else:
+            fix = (
+                f"there is no GPU in this run, so the kernels run in Triton's interpreter on the CPU: "
+                f"move it with {name}.cpu() (or {name}.to(helpers.DEVICE))"
+            )
+        raise ValueError(f"{name} is on device '{x.device}', but the kernels run on '{DEVICE}': {fix}.")
+
+
+def as_rows(x: torch.Tensor) -> torch.Tensor:
+    """View ``x`` as a 2-D (rows, columns) tensor over its last dimension, without copying
+    when the leading dimensions can be merged; strides are kept (the kernels honour them)."""
+    n = x.shape[-1]
+    if x.dim() == 2:
+        return x
+    try:
+        return x.view(-1, n)
+    except RuntimeError:
+        # Leading dimensions that cannot be merged into one stride: copy them into rows.
+        return x.reshape(-1, n)

@@ -1,0 +1,66 @@
+"""Shared plotting style and saving. Lesson-specific plots live in helpers/lessonNN.py and use these.
+
+Every plot function returns a matplotlib Figure; in a notebook it is displayed by ``show(fig)``
+(which also closes it, so nothing is printed twice), and ``save(fig, name)`` writes
+``figures/<name>.png`` (``make figures`` does that for every figure).
+"""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg") if not matplotlib.get_backend().lower().startswith(("module://matplotlib_inline", "inline")) else None
+import matplotlib.pyplot as plt  # noqa: E402
+
+from .gpu_data import FIGURES_DIR  # noqa: E402
+
+#: One color per provider/kernel, the same in every figure of the course.
+COLORS = {
+    "copy": "#444444",
+    "torch_naive": "#d62728",
+    "naive": "#d62728",
+    "torch_softmax": "#1f77b4",
+    "torch_compile": "#17becf",
+    "fused": "#ff7f0e",
+    "three_pass": "#bcbd22",
+    "online": "#2ca02c",
+    "persistent": "#9467bd",
+    "softmax": "#000000",
+    "split": "#e377c2",
+}
+
+STYLE = {
+    "figure.dpi": 100,
+    "savefig.dpi": 120,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "font.size": 10,
+    "svg.hashsalt": "softmax-course",
+}
+plt.rcParams.update(STYLE)
+
+
+def new_figure(width: float = 7.0, height: float = 3.6, ncols: int = 1):
+    """A figure and its axes in the course style."""
+    fig, axes = plt.subplots(1, ncols, figsize=(width, height), constrained_layout=True)
+    return fig, axes
+
+
+def save(fig, name: str):
+    """Write ``figures/<name>.png`` (deterministic metadata) and return its path."""
+    FIGURES_DIR.mkdir(parents=True, exist_ok=True)
+    path = FIGURES_DIR / f"{name}.png"
+    fig.savefig(path, metadata={"Software": None})
+    return path
+
+
+def show(fig):
+    """Display a figure in a notebook (once) and close it."""
+    try:
+        from IPython.display import display
+
+        display(fig)
+    finally:
+        plt.close(fig)
