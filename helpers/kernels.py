@@ -364,12 +364,66 @@ def softmax_persistent(
 # --------------------------------------------------------------------------------------------
 
 
+@triton.jit
+def softmax_tiled_kernel(
+    out_ptr, in_ptr,
+    in_row_stride, in_col_stride, out_row_stride,
+    n_rows, n_cols,
+    BLOCK_M: tl.constexpr,  # rows per program: short rows are batched so each program moves enough bytes
+    BLOCK_N: tl.constexpr,  # a power of two >= n_cols
+    ACC: tl.constexpr,
+):
+    rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_N)
+    mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
+    x = tl.load(
+        in_ptr + rows[:, None] * in_row_stride + cols[None, :] * in_col_stride,
+        mask=mask, other=-float("inf"), eviction_policy="evict_first",
+    ).to(ACC)
+    row_max = tl.max(x, axis=1)
+    numerator = tl.exp(x - row_max[:, None])
+    inv_denominator = 1.0 / tl.sum(numerator, axis=1)  # one division per row, then multiplies
+    y = numerator * inv_denominator[:, None]
+    tl.store(out_ptr + rows[:, None] * out_row_stride + cols[None, :], y, mask=mask)
+
+
+def tiled_config(n_cols: int, dtype: torch.dtype) -> tuple[int, int]:
+    """(rows per program, num_warps) for the tiled kernel; measured on an H100 (see
+    PERFORMANCE.md and figures/data/tuning_tiled.csv)."""
+    block_n = triton.next_power_of_2(max(n_cols, 1))
+    row_bytes = block_n * torch.empty((), dtype=dtype).element_size()
+    # aim for ~16 KiB per program, at least one row
+    block_m = max(1, min(64, 16384 // row_bytes))
+    tile = block_m * block_n
+    warps = 1 if tile <= 512 else 2 if tile <= 1024 else 4 if tile <= 4096 else 8 if tile <= 16384 else 16
+    return block_m, warps
+
+
+def softmax_tiled(x: torch.Tensor, block_m: int | None = None, num_warps: int | None = None) -> torch.Tensor:
+    """Softmax with a 2-D tile: ``block_m`` whole rows per program (the fast path of ``softmax``)."""
+    x2, out, n_rows, n_cols = _prepare(x)
+    if out.numel() == 0:
+        return out.view(x.shape)
+    _check_fused_len(n_cols, "softmax_tiled")
+    bm, nw = tiled_config(n_cols, x.dtype)
+    bm, nw = block_m or bm, num_warps or nw
+    block_n = triton.next_power_of_2(n_cols)
+    softmax_tiled_kernel[(triton.cdiv(n_rows, bm),)](
+        out, x2,
+        x2.stride(0), x2.stride(1), out.stride(0),
+        n_rows, n_cols,
+        BLOCK_M=bm, BLOCK_N=block_n, ACC=_acc_dtype(x.dtype),
+        num_warps=nw,
+    )
+    return out.view(x.shape)
+
+
+
 def softmax(x: torch.Tensor) -> torch.Tensor:
     """Softmax over the last dim for any shape, choosing among the course's kernels:
-    rows that fit on chip go to the persistent single-block kernel, longer rows to the
-    online kernel."""
+    rows that fit on chip go to the tiled single-block kernel, longer rows to the online kernel."""
     check_tensor(x, kernel=True)
     n_cols = x.shape[-1]
     if n_cols <= MAX_FUSED_COLS:
-        return softmax_persistent(x)
+        return softmax_tiled(x)
     return softmax_online(x)

@@ -1,0 +1,270 @@
+"""Lesson 01 · Naive softmax in PyTorch: traffic tables, the roofline, figures and exercise checkers.
+
+The traffic numbers come from ``helpers.traffic`` (one place counts them); this module turns them
+into a table, a figure and an arithmetic-intensity estimate. The GPU numbers are datasheet values,
+not measurements.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import plots
+from .exercises import Wrong, check, expect_close, fmt
+from .reference import reference_softmax, stable_softmax
+from .traffic import kernel_traffic, naive_ops
+
+# --------------------------------------------------------------------------------------------
+# Traffic of the naive five-op softmax
+# --------------------------------------------------------------------------------------------
+
+
+def traffic_rows(M: int, N: int) -> list[dict]:
+    """One dict per operation of the naive row-wise softmax (name, code, reads, writes, in
+    elements), then one for the naive total and one for a fused kernel."""
+    rows = [{"name": o.name, "code": o.code, "reads": o.reads, "writes": o.writes} for o in naive_ops(M, N)]
+    naive = kernel_traffic("naive", M, N)
+    fused = kernel_traffic("fused", M, N)
+    rows.append({"name": "naive total", "code": "", **naive})
+    rows.append({"name": "fused kernel", "code": "y = softmax(x) in one kernel", **fused})
+    return rows
+
+
+def print_traffic_table(M: int, N: int, element_size: int = 4) -> None:
+    """Print the DRAM reads and writes of each naive op for an (M, N) input, in elements and in
+    MB (10**6 bytes) for ``element_size``-byte elements, with the totals and the fused kernel."""
+    rows = traffic_rows(M, N)
+    mb = element_size / 1e6
+    print(f"M = {M}, N = {N}, {element_size}-byte elements (MN = {M * N:,})")
+    head = f"{'operation':<13} {'reads':>12} {'writes':>12} {'reads MB':>9} {'writes MB':>9}"
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        if r["name"] == "naive total":
+            print("-" * len(head))
+        print(f"{r['name']:<13} {r['reads']:>12,} {r['writes']:>12,} {r['reads'] * mb:>9.1f} {r['writes'] * mb:>9.1f}")
+    naive, fused = rows[-2], rows[-1]
+    ratio = (naive["reads"] + naive["writes"]) / (fused["reads"] + fused["writes"])
+    print(f"naive / fused traffic: {ratio:.2f}x")
+
+
+def plot_naive_traffic(M: int = 4096, N: int = 1024):
+    """Reads and writes of each naive op, in units of MN, next to the naive total and a fused
+    kernel's: the five-op version moves about 8MN elements, the fused kernel 2MN."""
+    rows = traffic_rows(M, N)
+    MN = M * N
+    fig, (ax1, ax2) = plots.new_figure(9.0, 3.6, ncols=2)
+    read_c, write_c = "#7f9fc9", "#e0915a"
+    ops = rows[:-2]
+    names = [r["name"] for r in ops]
+    reads = [r["reads"] / MN for r in ops]
+    writes = [r["writes"] / MN for r in ops]
+    ax1.bar(names, reads, color=read_c, label="reads")
+    ax1.bar(names, writes, bottom=reads, color=write_c, label="writes")
+    ax1.set_ylabel("elements moved (units of MN)")
+    ax1.set_title("Naive softmax: one pass over memory per op")
+    ax1.set_ylim(0, 2.6)
+    ax1.legend(loc="upper right", ncols=2, frameon=False)
+
+    tot = rows[-2:]
+    labels = ["naive (5 ops)", "fused kernel"]
+    r2 = [r["reads"] / MN for r in tot]
+    w2 = [r["writes"] / MN for r in tot]
+    ax2.bar(labels, r2, color=read_c, label="reads", width=0.5)
+    ax2.bar(labels, w2, bottom=r2, color=write_c, label="writes", width=0.5)
+    for i, (a, b) in enumerate(zip(r2, w2)):
+        ax2.text(i, a + b + 0.15, f"{a + b:.1f} MN", ha="center")
+    ax2.set_ylim(0, 9.5)
+    ax2.set_title("Total DRAM traffic")
+    ax2.legend(loc="upper right", frameon=False)
+    fig.suptitle(f"M = {M}, N = {N}: the M-sized terms (row max, row sum) are too small to see", fontsize=9)
+    return fig
+
+
+# --------------------------------------------------------------------------------------------
+# Arithmetic intensity and the roofline
+# --------------------------------------------------------------------------------------------
+
+#: Datasheet numbers for an NVIDIA H100 SXM5: fp32 without tensor cores, and HBM3 bandwidth.
+H100 = {"name": "H100 SXM (datasheet)", "fp32_flops": 67e12, "bytes_per_s": 3.35e12}
+
+#: Floating-point operations per element of softmax: compare (max), subtract, exp, add (sum),
+#: divide. ``exp`` is really a few instructions on the GPU's special-function unit; counting it
+#: as one keeps the estimate simple and does not change the conclusion.
+SOFTMAX_FLOPS_PER_ELEMENT = 5
+
+
+def ridge_point(gpu: dict = H100) -> float:
+    """FLOPs per byte at which a kernel stops being limited by memory and starts being limited
+    by arithmetic: peak FLOP/s divided by peak bytes/s."""
+    return gpu["fp32_flops"] / gpu["bytes_per_s"]
+
+
+def softmax_intensity(kernel: str = "fused", element_size: int = 4, M: int = 4096, N: int = 4096) -> float:
+    """Arithmetic intensity (FLOPs per byte of DRAM traffic) of softmax as ``kernel`` computes it."""
+    t = kernel_traffic(kernel, M, N)
+    return SOFTMAX_FLOPS_PER_ELEMENT * M * N / ((t["reads"] + t["writes"]) * element_size)
+
+
+def print_time_estimate(M: int, N: int, element_size: int = 4, gpu: dict = H100) -> None:
+    """Print how long the arithmetic and the memory traffic of softmax would take at peak rates."""
+    flops = SOFTMAX_FLOPS_PER_ELEMENT * M * N
+    t_compute = flops / gpu["fp32_flops"]
+    print(f"softmax of {M} x {N}, {element_size}-byte elements, on an {gpu['name']}")
+    print(f"  {'arithmetic':<14} {flops / 1e6:7.1f} MFLOP at {gpu['fp32_flops'] / 1e12:5.0f} TFLOP/s -> {t_compute * 1e6:6.1f} us")
+    for kernel in ("naive", "fused"):
+        t = kernel_traffic(kernel, M, N)
+        nbytes = (t["reads"] + t["writes"]) * element_size
+        t_mem = nbytes / gpu["bytes_per_s"]
+        print(
+            f"  {kernel + ' traffic':<14} {nbytes / 1e6:7.1f} MB    at {gpu['bytes_per_s'] / 1e12:5.2f} TB/s    -> "
+            f"{t_mem * 1e6:6.1f} us  ({t_mem / t_compute:.0f}x the arithmetic)"
+        )
+
+
+def plot_roofline(gpu: dict = H100):
+    """The roofline of ``gpu`` (attainable FLOP/s against arithmetic intensity) with softmax,
+    naive and fused, far to the left of the ridge point."""
+    import numpy as np
+
+    fig, ax = plots.new_figure(7.0, 3.8)
+    peak, bw = gpu["fp32_flops"], gpu["bytes_per_s"]
+    ridge = ridge_point(gpu)
+    ai = np.logspace(-2, 3, 200)
+    ax.plot(ai, np.minimum(peak, ai * bw) / 1e12, color="#333333", lw=2)
+    ax.axvline(ridge, color="#888888", ls="--", lw=1)
+    ax.text(ridge * 1.1, 0.02, f"ridge point\n{ridge:.0f} FLOP/byte", fontsize=9, va="bottom")
+    ax.text(1.6, 1.6 * bw / 1e12 * 2.2, f"memory roof: {bw / 1e12:.2f} TB/s", fontsize=9, rotation=29,
+            ha="center", va="center")
+    ax.text(60, peak / 1e12 * 1.15, f"compute roof: {peak / 1e12:.0f} TFLOP/s (fp32)", fontsize=9, ha="center")
+    for kernel, color, where in (("naive", plots.COLORS["naive"], (0.6, 0.06)), ("fused", plots.COLORS["fused"], (0.09, 8.0))):
+        x = softmax_intensity(kernel)
+        y = x * bw / 1e12
+        ax.plot([x], [y], "o", color=color, ms=8)
+        ax.annotate(f"softmax, {kernel}\n{x:.2f} FLOP/byte", (x, y), xytext=where, fontsize=9, color=color,
+                    ha="center", va="center", arrowprops=dict(arrowstyle="-", color=color, lw=0.8))
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(1e-2, 1e3)
+    ax.set_ylim(1e-2, 300)
+    ax.set_xlabel("arithmetic intensity (FLOP per byte of DRAM traffic)")
+    ax.set_ylabel("attainable TFLOP/s")
+    ax.set_title(f"Roofline of an {gpu['name']}, fp32: softmax sits on the memory roof", fontsize=10)
+    return fig
+
+
+#: Figures of this lesson, by the name ``helpers.plots.save`` writes them under.
+FIGURES = {
+    "01_naive_traffic": plot_naive_traffic,
+    "01_roofline": plot_roofline,
+}
+
+
+# --------------------------------------------------------------------------------------------
+# Exercise checkers: each prints one line (correct / not yet / wrong) and never raises.
+# --------------------------------------------------------------------------------------------
+
+
+def _call(fn, *args):
+    """Call the learner's function; ``...`` back means untouched, ``None`` a missing ``return``."""
+    if not callable(fn):
+        raise Wrong(f"expected a function, got {type(fn).__name__}")
+    got = fn(*args)
+    if got is Ellipsis:
+        raise NotImplementedError
+    if got is None:
+        raise Wrong("your function returned None: is a `return` missing?")
+    return got
+
+
+def _trial_1_1(softmax_1d) -> str:
+    torch.manual_seed(0)
+    cases = [
+        torch.tensor([1.0, 2.0, 3.0]),
+        torch.tensor([0.0, 0.0]),
+        torch.tensor([5.0]),
+        torch.tensor([-1.0, 0.5, 2.0, -3.0]),
+        torch.randn(10),
+        torch.randn(6, dtype=torch.float64),
+    ]
+    worst = 0.0
+    for x in cases:
+        before = x.clone()
+        got = _call(softmax_1d, x)
+        if not torch.equal(x, before):
+            raise Wrong(f"your function changed its input {fmt(before)}: compute into a new tensor instead")
+        worst = max(worst, expect_close(got, reference_softmax(x), inputs=x, atol=1e-6, rtol=1e-5))
+    return f"max abs error {worst:.1e}"
+
+
+def check_1_1(softmax_1d) -> None:
+    """Exercise 1.1: ``softmax_1d(x)`` returns the softmax of a 1-D tensor."""
+    check("1.1", "softmax of a 1-D tensor", softmax_1d, _trial_1_1)
+
+
+def three_op_traffic_answer(M: int, N: int) -> tuple[int, int]:
+    """Element reads and writes of exp -> sum -> divide (softmax without the max shift)."""
+    return 3 * M * N + M, 2 * M * N + M
+
+
+def _trial_1_2(three_op_traffic) -> str:
+    for M, N in ((1, 1), (2, 3), (7, 5), (4096, 1024)):
+        got = _call(three_op_traffic, M, N)
+        if not isinstance(got, (tuple, list)) or len(got) != 2:
+            raise Wrong(f"return a pair (reads, writes), got {type(got).__name__} {fmt(got)}")
+        reads, writes = got
+        want_r, want_w = three_op_traffic_answer(M, N)
+        bad = [name for name, g, w in (("reads", reads, want_r), ("writes", writes, want_w)) if g != w]
+        if bad:
+            raise Wrong(
+                f"for M={M}, N={N} you returned (reads, writes) = ({reads}, {writes}); "
+                f"the {' and the '.join(bad)} {'are' if len(bad) == 2 else 'is'} off: "
+                f"count each of the three lines as in the table above"
+            )
+    return "3MN + M reads, 2MN + M writes"
+
+
+def check_1_2(three_op_traffic) -> None:
+    """Exercise 1.2: ``three_op_traffic(M, N)`` returns the (reads, writes) of the 3-op softmax."""
+    check("1.2", "traffic of a three-op softmax", three_op_traffic, _trial_1_2)
+
+
+def _shift_cases():
+    """(description, function, is it shift-invariant over the last dim?) for exercise 1.3."""
+    return [
+        ("torch.softmax(x, dim=-1)", lambda t: torch.softmax(t, dim=-1), True),
+        ("helpers.stable_softmax", stable_softmax, True),
+        ("torch.exp", torch.exp, False),
+        ("x / x.sum(dim=-1)", lambda t: t / t.sum(dim=-1, keepdim=True), False),
+        ("softmax(2 * x)", lambda t: torch.softmax(2 * t, dim=-1), True),
+        ("x - x.mean(dim=-1)", lambda t: t - t.mean(dim=-1, keepdim=True), True),
+        ("softmax(x ** 2)", lambda t: torch.softmax(t * t, dim=-1), False),
+    ]
+
+
+def _as_bool(v):
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, torch.Tensor) and v.numel() == 1 and v.dtype == torch.bool:
+        return bool(v)
+    if type(v).__name__ == "bool_":  # numpy.bool_
+        return bool(v)
+    return None
+
+
+def _trial_1_3(is_shift_invariant) -> None:
+    torch.manual_seed(1)
+    x = torch.rand(3, 5, dtype=torch.float64) + 0.5
+    for desc, f, truth in _shift_cases():
+        got = _call(is_shift_invariant, f, x.clone())
+        b = _as_bool(got)
+        if b is None:
+            raise Wrong(f"return True or False, got {type(got).__name__} for f = {desc}")
+        if b != truth:
+            verdict = "is" if truth else "is not"
+            raise Wrong(f"you said f = {desc} {'is' if b else 'is not'} shift-invariant, but it {verdict}")
+
+
+def check_1_3(is_shift_invariant) -> None:
+    """Exercise 1.3: ``is_shift_invariant(f, x)`` tells whether f(x + c) == f(x) for constants c."""
+    check("1.3", "a test for shift invariance", is_shift_invariant, _trial_1_3)

@@ -1,0 +1,333 @@
+"""Lesson 02 · Numerical stability: where exp overflows and underflows, a printed trace of the
+max-shift trick, the float16 sweep figure and the exercise checkers."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from . import plots
+from .checks import check_tensor
+from .exercises import Wrong, check, expect_close, fmt
+from .reference import naive_softmax, stable_softmax
+
+#: Integer types with the same width as each floating type (to walk floats by their bit patterns).
+_BITS = {
+    torch.float16: torch.int16,
+    torch.bfloat16: torch.int16,
+    torch.float32: torch.int32,
+    torch.float64: torch.int64,
+}
+
+
+def _check_dtype(dtype) -> None:
+    if dtype not in _BITS:
+        raise ValueError(f"dtype must be one of {[str(d) for d in _BITS]}, got {dtype!r}.")
+
+
+def _from_bits(bits: int, dtype) -> torch.Tensor:
+    return torch.tensor([bits], dtype=_BITS[dtype]).view(dtype)
+
+
+def _to_bits(value: float, dtype) -> int:
+    return int(torch.tensor([value], dtype=dtype).view(_BITS[dtype])[0])
+
+
+def _bisect(dtype, pred) -> tuple[float, float]:
+    """Walk the positive floats of ``dtype`` by bit pattern (which orders them by value): return
+    (largest a with pred(a) True, smallest a with pred(a) False), given pred(1) True and
+    pred(finfo.max) False and pred monotone in between."""
+    lo, hi = _to_bits(1.0, dtype), _to_bits(torch.finfo(dtype).max, dtype)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if pred(_from_bits(mid, dtype)):
+            lo = mid
+        else:
+            hi = mid
+    return float(_from_bits(lo, dtype)), float(_from_bits(hi, dtype))
+
+
+def exp_overflow_threshold(dtype=torch.float16) -> tuple[float, float]:
+    """(largest x of ``dtype`` whose ``torch.exp(x)`` is finite, smallest x whose exp is inf),
+    found by bisection over every positive value of the type. Close to ln(finfo(dtype).max)."""
+    _check_dtype(dtype)
+    return _bisect(dtype, lambda a: bool(torch.isfinite(torch.exp(a))))
+
+
+def exp_underflow_threshold(dtype=torch.float16) -> tuple[float, float]:
+    """(most negative x of ``dtype`` whose ``torch.exp(x)`` is still above 0, the next value
+    below it, whose exp rounds to 0)."""
+    _check_dtype(dtype)
+    keep, lost = _bisect(dtype, lambda a: bool(torch.exp(-a) > 0))
+    return -keep, -lost
+
+
+def _dtype_name(dt) -> str:
+    return str(dt).replace("torch.", "")
+
+
+def print_overflow_table(dtypes=(torch.float16, torch.bfloat16, torch.float32)) -> None:
+    """Print, for each dtype, its largest value, ln of it, and the inputs around which
+    ``torch.exp`` overflows to inf."""
+    head = f"{'dtype':<9} {'largest value':>13} {'ln(largest)':>11} {'last finite exp(x)':>20} {'first exp(x) = inf':>20}"
+    print(head)
+    print("-" * len(head))
+    for dt in dtypes:
+        big = torch.finfo(dt).max
+        below, above = exp_overflow_threshold(dt)
+        print(f"{_dtype_name(dt):<9} {big:>13.6g} {math.log(big):>11.4f} {'x = ' + format(below, '.10g'):>20} "
+              f"{'x = ' + format(above, '.10g'):>20}")
+
+
+def print_underflow_table(dtypes=(torch.float16, torch.bfloat16, torch.float32)) -> None:
+    """Print, for each dtype, its smallest positive value and the inputs around which
+    ``torch.exp`` underflows to 0."""
+    head = f"{'dtype':<9} {'smallest > 0':>13} {'last exp(x) > 0':>20} {'first exp(x) = 0':>20}"
+    print(head)
+    print("-" * len(head))
+    for dt in dtypes:
+        fi = torch.finfo(dt)
+        tiny = fi.smallest_normal * fi.eps  # the smallest subnormal
+        keep, lost = exp_underflow_threshold(dt)
+        print(f"{_dtype_name(dt):<9} {tiny:>13.4g} {'x = ' + format(keep, '.10g'):>20} {'x = ' + format(lost, '.10g'):>20}")
+
+
+def print_float16_sweep(xs=(8.0, 10.0, 10.5, 10.7, 11.0, 11.08, 11.09, 12.0)) -> None:
+    """For each x, the float16 row [x-2, x-1, x]: exp of its largest entry, the sum of the exps,
+    and its softmax computed naively and with the max shift (all in float16)."""
+    print(f"{'x (fp16)':>9} {'exp(x)':>8} {'sum of exp':>10}   {'naive softmax':<24} stable softmax")
+    for x in xs:
+        row = torch.tensor([x - 2, x - 1, x], dtype=torch.float16)
+        e = torch.exp(row)
+        print(
+            f"{float(row[2]):>9.4f} {float(e[2]):>8.6g} {float(e.sum()):>10.6g}   "
+            f"{fmt(naive_softmax(row), 3):<24} {fmt(stable_softmax(row), 3)}"
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# The trick, step by step
+# --------------------------------------------------------------------------------------------
+
+
+def softmax_trace(x: torch.Tensor, stable: bool = True) -> list[tuple[str, str, torch.Tensor]]:
+    """The intermediate values of softmax over a 1-D ``x``, in x's dtype: a list of
+    (step, expression, value). ``stable=False`` skips the max and the shift."""
+    check_tensor(x)
+    if x.dim() != 1:
+        raise ValueError(f"softmax_trace takes a 1-D tensor, got shape {tuple(x.shape)}: pass one row, e.g. x[0].")
+    steps = [("input", "x", x)]
+    z = x
+    if stable:
+        m = x.max()
+        z = x - m
+        steps += [("max", "m = max(x)", m), ("shift", "z = x - m", z)]
+    e = torch.exp(z)
+    s = e.sum()
+    y = e / s
+    name = "z" if stable else "x"
+    steps += [("exp", f"e = exp({name})", e), ("sum", "s = sum(e)", s), ("normalize", "y = e / s", y)]
+    return steps
+
+
+def print_trace(x: torch.Tensor, stable: bool = True, digits: int = 4) -> None:
+    """Print softmax over a 1-D ``x`` one step at a time, rounded to ``digits`` decimals."""
+    steps = softmax_trace(x, stable)
+    label = "stable (max shift)" if stable else "naive (no shift)"
+    print(f"softmax, {label}, in {str(x.dtype).replace('torch.', '')}")
+    for i, (step, expr, value) in enumerate(steps):
+        num = "  " if i == 0 else f"{i}."
+        print(f"  {num} {step:<10} {expr:<14} {fmt(value, digits)}")
+    y = steps[-1][2]
+    print(f"     sum of y = {fmt(y.sum(), digits)}")
+
+
+# --------------------------------------------------------------------------------------------
+# The float16 sweep
+# --------------------------------------------------------------------------------------------
+
+
+def float16_row_sweep(lo: float = 8.0, hi: float = 12.0) -> dict:
+    """Every float16 value x in [lo, hi], with exp(x) in float16 and the last entry of the softmax
+    of the float16 row [x-2, x-1, x], naive and stable (as float lists; inf/NaN kept)."""
+    a, b = _to_bits(lo, torch.float16), _to_bits(hi, torch.float16)
+    xs = torch.arange(a, b + 1, dtype=torch.int16).view(torch.float16)
+    rows = torch.stack([xs - 2, xs - 1, xs], dim=1)
+    return {
+        "x": xs.float().tolist(),
+        "exp": torch.exp(xs).float().tolist(),
+        "naive": naive_softmax(rows)[:, 2].float().tolist(),
+        "stable": stable_softmax(rows)[:, 2].float().tolist(),
+    }
+
+
+def plot_float16_overflow():
+    """Left: exp(x) in float16 against the exact value, and where it overflows. Right: the largest
+    probability of softmax([x-2, x-1, x]) in float16, naive and stable, with the three regimes."""
+    import numpy as np
+
+    d = float16_row_sweep(8.0, 12.0)
+    x = np.array(d["x"])
+    e16 = np.array(d["exp"])
+    over = exp_overflow_threshold(torch.float16)[1]
+    ln_max = math.log(torch.finfo(torch.float16).max)
+    # The sum exp(x-2) + exp(x-1) + exp(x) = exp(x) (1 + 1/e + 1/e^2) overflows first.
+    sum_over = ln_max - math.log(1 + math.exp(-1) + math.exp(-2))
+
+    fig, (ax1, ax2) = plots.new_figure(9.5, 3.7, ncols=2)
+    fin = np.isfinite(e16)
+    ax1.plot(x, np.exp(x), color="#999999", lw=3, label="exact exp(x)")
+    ax1.plot(x[fin], e16[fin], ".", ms=2.5, color=plots.COLORS["fused"], label="exp(x) in float16")
+    top = 2.2e5
+    ax1.plot(x[~fin], np.full((~fin).sum(), top), "x", ms=3, color=plots.COLORS["naive"], label="inf in float16")
+    ax1.axhline(torch.finfo(torch.float16).max, color="#444444", ls=":", lw=1)
+    ax1.text(8.05, 65504 * 1.15, "largest float16: 65504", fontsize=8)
+    ax1.axvline(ln_max, color=plots.COLORS["naive"], ls="--", lw=1)
+    ax1.text(ln_max - 0.05, 3e3, f"ln 65504\n= {ln_max:.2f}", fontsize=8, ha="right")
+    ax1.set_yscale("log")
+    ax1.set_ylim(2e3, 3e5)
+    ax1.set_xlabel("x")
+    ax1.set_title("exp(x) in float16 overflows past x = 11.09")
+    ax1.legend(loc="upper left", fontsize=8, frameon=False)
+
+    naive = np.array(d["naive"])
+    stable = np.array(d["stable"])
+    ok = np.isfinite(naive)
+    ax2.axvspan(8.0, sum_over, color="#2ca02c", alpha=0.08)
+    ax2.axvspan(sum_over, ln_max, color="#ff7f0e", alpha=0.12)
+    ax2.axvspan(ln_max, 12.0, color="#d62728", alpha=0.12)
+    ax2.plot(x, stable, color=plots.COLORS["online"], lw=3, label="stable (max shift)")
+    ax2.plot(x[ok], naive[ok], ".", ms=3, color=plots.COLORS["naive"], label="naive")
+    ax2.plot(x[~ok], np.full((~ok).sum(), 0.35), "x", ms=3, color=plots.COLORS["naive"], label="naive is NaN")
+    ax2.text((8.0 + sum_over) / 2, 0.45, "correct", ha="center", fontsize=8)
+    ax2.text((sum_over + ln_max) / 2, 0.45, "sum = inf\n→ all 0", ha="center", fontsize=8)
+    ax2.text((ln_max + 12.0) / 2, 0.45, "exp = inf\n→ NaN", ha="center", fontsize=8)
+    ax2.set_xlim(8.0, 12.0)
+    ax2.set_ylim(-0.05, 0.85)
+    ax2.set_xlabel("x")
+    ax2.set_ylabel("largest probability")
+    ax2.set_title("softmax([x-2, x-1, x]) in float16")
+    ax2.legend(loc="upper left", fontsize=8, frameon=False, ncols=3)
+    return fig
+
+
+#: Figures of this lesson, by the name ``helpers.plots.save`` writes them under.
+FIGURES = {
+    "02_float16_overflow": plot_float16_overflow,
+}
+
+
+# --------------------------------------------------------------------------------------------
+# Exercise checkers: each prints one line (correct / not yet / wrong) and never raises.
+# --------------------------------------------------------------------------------------------
+
+
+def _call(fn, *args):
+    """Call the learner's function; ``...`` back means untouched, ``None`` a missing ``return``."""
+    if not callable(fn):
+        raise Wrong(f"expected a function, got {type(fn).__name__}")
+    got = fn(*args)
+    if got is Ellipsis:
+        raise NotImplementedError
+    if got is None:
+        raise Wrong("your function returned None: is a `return` missing?")
+    return got
+
+
+def _tol(x: torch.Tensor) -> dict:
+    return dict(atol=2e-2, rtol=2e-3) if x.dtype in (torch.float16, torch.bfloat16) else dict(atol=1e-5, rtol=1e-5)
+
+
+def _nonfinite_hint(got, ref, x, what: str) -> None:
+    if isinstance(got, torch.Tensor) and got.shape == ref.shape:
+        bad = torch.isfinite(ref) & ~torch.isfinite(got.detach().cpu().double())
+        if bad.any():
+            raise Wrong(f"on input {fmt(x)} you returned {fmt(got)}: {what}")
+
+
+def _lse_cases():
+    torch.manual_seed(2)
+    return [
+        torch.tensor([1.0, 2.0, 3.0]),
+        torch.tensor([1000.0, 1001.0, 1002.0]),
+        torch.tensor([-1000.0, -1001.0, -1002.0]),
+        torch.randn(4, 7) * 10,
+        torch.tensor([10.0, 11.0, 12.0], dtype=torch.float16),
+    ]
+
+
+def _trial_2_1(logsumexp) -> str:
+    worst = 0.0
+    for x in _lse_cases():
+        before = x.clone()
+        got = _call(logsumexp, x)
+        if not torch.equal(x, before):
+            raise Wrong(f"your function changed its input {fmt(before)}: compute into a new tensor instead")
+        ref = torch.logsumexp(x.double(), dim=-1)
+        _nonfinite_hint(got, ref, x, "inf or NaN where the answer is finite (did exp overflow?)")
+        worst = max(worst, expect_close(got, ref, inputs=x, what=" (one value per row)", **_tol(x)))
+    return f"max abs error {worst:.1e}"
+
+
+def check_2_1(logsumexp) -> None:
+    """Exercise 2.1: a ``logsumexp(x)`` over the last dim that never overflows."""
+    check("2.1", "a stable logsumexp", logsumexp, _trial_2_1)
+
+
+def _trial_2_2(softmax_t) -> str:
+    torch.manual_seed(3)
+    cases = [
+        (torch.tensor([1.0, 2.0, 3.0]), 1.0),
+        (torch.tensor([1.0, 2.0, 3.0]), 0.5),
+        (torch.tensor([1.0, 2.0, 3.0]), 10.0),
+        (torch.tensor([0.1, 0.2, 0.3]), 0.001),
+        (torch.randn(3, 5), 0.01),
+        (torch.tensor([[500.0, 400.0], [-3.0, 3.0]]), 2.0),
+    ]
+    worst = 0.0
+    for x, T in cases:
+        before = x.clone()
+        got = _call(softmax_t, x, T)
+        if not torch.equal(x, before):
+            raise Wrong(f"your function changed its input {fmt(before)}: compute into a new tensor instead")
+        ref = torch.softmax(x.double() / T, dim=-1)
+        where = f"{fmt(x)} with T = {T}"
+        if isinstance(got, torch.Tensor) and torch.isnan(got).any():
+            raise Wrong(f"on input {where} you returned {fmt(got)}: NaN (did exp overflow?)")
+        try:
+            worst = max(worst, expect_close(got, ref, atol=1e-5, rtol=1e-4))
+        except Wrong as e:
+            raise Wrong(f"on input {where}: {e}") from None
+    return f"max abs error {worst:.1e}"
+
+
+def check_2_2(softmax_with_temperature) -> None:
+    """Exercise 2.2: ``softmax_with_temperature(x, T)`` = softmax(x / T), stable for small T."""
+    check("2.2", "softmax with a temperature", softmax_with_temperature, _trial_2_2)
+
+
+def _trial_2_3(log_softmax) -> str:
+    torch.manual_seed(4)
+    cases = [
+        torch.tensor([0.0, -200.0]),
+        torch.tensor([1.0, 2.0, 3.0]),
+        torch.tensor([1000.0, 1001.0, 1002.0]),
+        torch.randn(3, 6) * 5,
+        torch.tensor([0.0, -20.0], dtype=torch.float16),
+    ]
+    worst = 0.0
+    for x in cases:
+        before = x.clone()
+        got = _call(log_softmax, x)
+        if not torch.equal(x, before):
+            raise Wrong(f"your function changed its input {fmt(before)}: compute into a new tensor instead")
+        ref = torch.log_softmax(x.double(), dim=-1)
+        _nonfinite_hint(got, ref, x, "-inf or NaN where the answer is finite (a log of a probability that underflowed to 0?)")
+        worst = max(worst, expect_close(got, ref, inputs=x, **_tol(x)))
+    return f"max abs error {worst:.1e}"
+
+
+def check_2_3(log_softmax) -> None:
+    """Exercise 2.3: a ``log_softmax(x)`` that stays finite where log(softmax(x)) is -inf."""
+    check("2.3", "a log_softmax that stays finite", log_softmax, _trial_2_3)
