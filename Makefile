@@ -57,3 +57,30 @@ lock: venv
 
 clean:
 	rm -rf $(VENV) _site
+
+# ---- HTML export of the lessons (docs/html.md) --------------------------------------------------
+# `make html`: _site/ from the notebooks' stored outputs (nothing is executed; no GPU needed).
+# `make html INSTRUCTOR=1` also builds the instructor edition in _site/instructor/.
+.PHONY: html serve test-browser
+SITE       ?= _site
+PORT       ?= 8000
+INSTRUCTOR ?= 0
+CHROMIUM   ?= /usr/bin/chromium
+NODE_STAMP := node_modules/.package-lock.json
+SUDO       := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+$(NODE_STAMP): package.json package-lock.json
+	npm ci --no-audit --no-fund
+
+html: venv $(NODE_STAMP)
+	$(BIN)/python tools/build_html.py notebooks --out $(SITE) $(if $(filter 1 yes true,$(INSTRUCTOR)),--instructor)
+
+serve: html
+	@echo "serving $(SITE)/ on http://localhost:$(PORT)/ (Ctrl-C stops)"
+	$(BIN)/python -m http.server $(PORT) --bind 127.0.0.1 --directory $(SITE)
+
+test-browser: venv $(NODE_STAMP)
+	@test -x $(CHROMIUM) || { echo "installing Debian's chromium for the browser test ..."; \
+		$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+	$(MAKE) --no-print-directory html INSTRUCTOR=1
+	SITE_DIR=$(SITE) CHROMIUM=$(CHROMIUM) node --test tests/browser/test_site.mjs

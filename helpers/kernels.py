@@ -171,10 +171,9 @@ def softmax_online_kernel(
         x = tl.load(row_start + offs * in_col_stride, mask=offs < n_cols, other=-float("inf")).to(ACC)
         m_new = tl.maximum(m, tl.max(x, axis=0))
         # When the max grows, everything summed so far was scaled by exp(-m): rescale it to exp(-m_new).
-        # (While every value seen is -inf, m_new is -inf and there is nothing to rescale or add.)
-        all_neg_inf = m_new == -float("inf")
-        alpha = tl.where(all_neg_inf, 1.0, tl.exp(m - m_new))
-        block_sum = tl.sum(tl.where(all_neg_inf, 0.0, tl.exp(x - m_new)), axis=0)
+        # A -inf input adds exactly 0 (even while m_new is still -inf, where exp(-inf - -inf) is NaN).
+        alpha = tl.where(m_new == -float("inf"), 1.0, tl.exp(m - m_new))
+        block_sum = tl.sum(tl.where(x == -float("inf"), 0.0, tl.exp(x - m_new)), axis=0)
         d = d * alpha + block_sum
         m = m_new
     # Pass 2: normalize with the final (m, d) and write.
@@ -360,7 +359,7 @@ def softmax_persistent(
 
 
 # --------------------------------------------------------------------------------------------
-# The course's best answer
+# Lesson 05 (end): the tiled kernel behind `softmax` for rows that fit on chip
 # --------------------------------------------------------------------------------------------
 
 
@@ -369,61 +368,207 @@ def softmax_tiled_kernel(
     out_ptr, in_ptr,
     in_row_stride, in_col_stride, out_row_stride,
     n_rows, n_cols,
-    BLOCK_M: tl.constexpr,  # rows per program: short rows are batched so each program moves enough bytes
+    BLOCK_M: tl.constexpr,  # rows per tile: short rows are batched so each program moves enough bytes
     BLOCK_N: tl.constexpr,  # a power of two >= n_cols
     ACC: tl.constexpr,
+    NUM_STAGES: tl.constexpr,  # tiles whose loads may be in flight at once (persistent grids)
 ):
-    rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    # Each program walks tiles pid, pid + P, ...: with one program per tile the loop runs once;
+    # with a persistent grid, the compiler prefetches the next tile while this one is computed.
+    n_tiles = tl.cdiv(n_rows, BLOCK_M)
     cols = tl.arange(0, BLOCK_N)
-    mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
-    x = tl.load(
-        in_ptr + rows[:, None] * in_row_stride + cols[None, :] * in_col_stride,
-        mask=mask, other=-float("inf"), eviction_policy="evict_first",
-    ).to(ACC)
-    row_max = tl.max(x, axis=1)
-    numerator = tl.exp(x - row_max[:, None])
-    inv_denominator = 1.0 / tl.sum(numerator, axis=1)  # one division per row, then multiplies
-    y = numerator * inv_denominator[:, None]
-    tl.store(out_ptr + rows[:, None] * out_row_stride + cols[None, :], y, mask=mask)
+    first_tile = tl.program_id(0).to(tl.int64)  # 64-bit, so row * stride cannot overflow
+    for tile in tl.range(first_tile, n_tiles, tl.num_programs(0), num_stages=NUM_STAGES):
+        rows = tile * BLOCK_M + tl.arange(0, BLOCK_M)
+        mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
+        x = tl.load(
+            in_ptr + rows[:, None] * in_row_stride + cols[None, :] * in_col_stride,
+            mask=mask, other=-float("inf"), eviction_policy="evict_first",
+        ).to(ACC)
+        row_max = tl.max(x, axis=1)
+        numerator = tl.exp(x - row_max[:, None])
+        inv_denominator = 1.0 / tl.sum(numerator, axis=1)  # one division per row, then multiplies
+        tl.store(out_ptr + rows[:, None] * out_row_stride + cols[None, :], numerator * inv_denominator[:, None], mask=mask)
 
 
-def tiled_config(n_cols: int, dtype: torch.dtype) -> tuple[int, int]:
-    """(rows per program, num_warps) for the tiled kernel; measured on an H100 (see
-    PERFORMANCE.md and figures/data/tuning_tiled.csv)."""
+#: (element size, BLOCK_N) -> (rows per tile, num_warps, num_stages, programs per SM or 0 for one
+#: program per tile). Fitted to the tuning sweep on an H200 (figures/data/tuning_tiled.csv).
+TILED_TABLE: dict = {}
+
+
+def tiled_config(n_cols: int, dtype: torch.dtype) -> tuple[int, int, int, int]:
+    """(rows per tile, num_warps, num_stages, programs per SM; 0 = one program per tile) for the
+    tiled kernel: the measured table where it has an entry, else a rule of thumb (~16 KiB a tile)."""
     block_n = triton.next_power_of_2(max(n_cols, 1))
-    row_bytes = block_n * torch.empty((), dtype=dtype).element_size()
-    # aim for ~16 KiB per program, at least one row
-    block_m = max(1, min(64, 16384 // row_bytes))
+    es = torch.empty((), dtype=dtype).element_size()
+    if (es, block_n) in TILED_TABLE:
+        return TILED_TABLE[(es, block_n)]
+    block_m = max(1, min(64, 16384 // (block_n * es)))
     tile = block_m * block_n
-    warps = 1 if tile <= 512 else 2 if tile <= 1024 else 4 if tile <= 4096 else 8 if tile <= 16384 else 16
-    return block_m, warps
+    warps = 1 if tile <= 512 else 2 if tile <= 1024 else 4 if tile <= 4096 else 8 if tile <= 8192 else 16 if tile <= 16384 else 32
+    return block_m, warps, 1, 0
 
 
-def softmax_tiled(x: torch.Tensor, block_m: int | None = None, num_warps: int | None = None) -> torch.Tensor:
-    """Softmax with a 2-D tile: ``block_m`` whole rows per program (the fast path of ``softmax``)."""
+def softmax_tiled(
+    x: torch.Tensor, block_m: int | None = None, num_warps: int | None = None,
+    num_stages: int | None = None, programs_per_sm: int | None = None,
+) -> torch.Tensor:
+    """Softmax with 2-D tiles of ``block_m`` whole rows (the fast path of ``softmax``).
+    ``programs_per_sm`` > 0 makes the grid persistent (GPU only; the interpreter runs
+    ``INTERPRETER_PROGRAMS``)."""
     x2, out, n_rows, n_cols = _prepare(x)
     if out.numel() == 0:
         return out.view(x.shape)
     _check_fused_len(n_cols, "softmax_tiled")
-    bm, nw = tiled_config(n_cols, x.dtype)
-    bm, nw = block_m or bm, num_warps or nw
-    block_n = triton.next_power_of_2(n_cols)
-    softmax_tiled_kernel[(triton.cdiv(n_rows, bm),)](
+    bm, nw, ns, pps = tiled_config(n_cols, x.dtype)
+    bm = block_m or bm
+    nw = num_warps or nw
+    ns = num_stages or ns
+    pps = pps if programs_per_sm is None else programs_per_sm
+    n_tiles = triton.cdiv(n_rows, bm)
+    if pps:
+        grid = min(n_tiles, _sm_count() * pps if ON_GPU else INTERPRETER_PROGRAMS)
+    else:
+        grid = n_tiles
+    softmax_tiled_kernel[(grid,)](
         out, x2,
         x2.stride(0), x2.stride(1), out.stride(0),
         n_rows, n_cols,
-        BLOCK_M=bm, BLOCK_N=block_n, ACC=_acc_dtype(x.dtype),
+        BLOCK_M=bm, BLOCK_N=triton.next_power_of_2(n_cols), ACC=_acc_dtype(x.dtype), NUM_STAGES=ns,
         num_warps=nw,
     )
     return out.view(x.shape)
 
 
+_SM_COUNT: list = []
+
+
+def _sm_count() -> int:
+    if not _SM_COUNT:
+        _SM_COUNT.append(torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count)
+    return _SM_COUNT[0]
+
+
+# --------------------------------------------------------------------------------------------
+# Lesson 06: one row split across many programs
+# --------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def softmax_split_stats_kernel(
+    stats_ptr, in_ptr,
+    in_row_stride, in_col_stride,
+    n_cols, slice_len, n_slices,
+    BLOCK_SIZE: tl.constexpr,
+):
+    # Program (row, s) reduces columns [s * slice_len, (s + 1) * slice_len) of its row to the pair
+    # (m, d): the slice's max and sum of exp(x - m). Each lane keeps its own running pair.
+    row = tl.program_id(0).to(tl.int64)
+    s = tl.program_id(1)
+    start = s.to(tl.int64) * slice_len
+    cols = tl.arange(0, BLOCK_SIZE)
+    m = tl.full((BLOCK_SIZE,), -float("inf"), tl.float32)
+    d = tl.zeros((BLOCK_SIZE,), tl.float32)
+    for off in range(0, slice_len, BLOCK_SIZE):
+        c = start + off + cols
+        x = tl.load(in_ptr + row * in_row_stride + c * in_col_stride, mask=c < n_cols,
+                    other=-float("inf")).to(tl.float32)
+        m_new = tl.maximum(m, x)
+        # -inf inputs add exactly 0; a NaN input makes d NaN (as torch.softmax gives NaN).
+        alpha = tl.where(m_new == -float("inf"), 1.0, tl.exp(m - m_new))
+        d = d * alpha + tl.where(x == -float("inf"), 0.0, tl.exp(x - m_new))
+        m = m_new
+    # Merge the lanes' pairs into the slice's pair (a lane whose sum is 0 adds nothing).
+    m_slice = tl.max(m, axis=0)
+    d_slice = tl.sum(tl.where(d == 0.0, 0.0, d * tl.exp(m - m_slice)), axis=0)
+    tl.store(stats_ptr + (row * n_slices + s) * 2, m_slice)
+    tl.store(stats_ptr + (row * n_slices + s) * 2 + 1, d_slice)
+
+
+@triton.jit
+def softmax_split_normalize_kernel(
+    out_ptr, in_ptr, stats_ptr,
+    in_row_stride, in_col_stride, out_row_stride,
+    n_cols, slice_len, n_slices,
+    BLOCK_SIZE: tl.constexpr,
+    SLICES_P2: tl.constexpr,  # n_slices rounded up to a power of two
+):
+    row = tl.program_id(0).to(tl.int64)
+    s = tl.program_id(1)
+    # Merge every slice's (m, d) into the row's: M = max m_s, D = sum d_s * exp(m_s - M).
+    k = tl.arange(0, SLICES_P2)
+    m_s = tl.load(stats_ptr + (row * n_slices + k) * 2, mask=k < n_slices, other=-float("inf"))
+    d_s = tl.load(stats_ptr + (row * n_slices + k) * 2 + 1, mask=k < n_slices, other=0.0)
+    m_row = tl.max(m_s, axis=0)
+    d_row = tl.sum(tl.where(d_s == 0.0, 0.0, d_s * tl.exp(m_s - m_row)), axis=0)
+    # Read this slice again (from L2 when it is still there), normalize, write.
+    start = s.to(tl.int64) * slice_len
+    cols = tl.arange(0, BLOCK_SIZE)
+    for off in range(0, slice_len, BLOCK_SIZE):
+        c = start + off + cols
+        mask = c < n_cols
+        x = tl.load(in_ptr + row * in_row_stride + c * in_col_stride, mask=mask, other=-float("inf")).to(tl.float32)
+        tl.store(out_ptr + row * out_row_stride + c, tl.exp(x - m_row) / d_row, mask=mask)
+
+
+def split_plan(n_rows: int, n_cols: int, element_size: int, target_programs: int | None = None) -> dict:
+    """How to cut rows into slices: enough programs to fill the GPU, slices a whole number of blocks."""
+    target = target_programs or (_sm_count() * 8 if ON_GPU else 8)
+    block = 2048 if element_size >= 4 else 4096
+    block = min(block, triton.next_power_of_2(max(n_cols, 1)))
+    blocks_per_row = triton.cdiv(n_cols, block)
+    slices = max(1, min(blocks_per_row, triton.cdiv(target, max(n_rows, 1)), 1024))
+    slice_len = triton.cdiv(blocks_per_row, slices) * block
+    slices = triton.cdiv(n_cols, slice_len)
+    return {"block": block, "slices": slices, "slice_len": slice_len}
+
+
+def softmax_split(x: torch.Tensor, slices: int | None = None, block_size: int | None = None) -> torch.Tensor:
+    """Softmax with each row cut into ``slices`` slices, one program each (lesson 06): a first launch
+    writes every slice's (max, sum) pair, a second merges the pairs of a row and normalizes each
+    slice. For few, long rows, where one program per row cannot fill the GPU."""
+    x2, out, n_rows, n_cols = _prepare(x)
+    if out.numel() == 0:
+        return out.view(x.shape)
+    if x.dtype == torch.float64:
+        return softmax_online(x)  # the split kernels keep fp32 statistics
+    plan = split_plan(n_rows, n_cols, x.element_size())
+    block = _looped_block(n_cols, block_size, "softmax_split") if block_size else plan["block"]
+    if slices is not None:
+        if isinstance(slices, bool) or not isinstance(slices, int) or slices < 1:
+            raise ValueError(f"softmax_split: slices must be a positive int, got {slices!r}.")
+        slice_len = triton.cdiv(triton.cdiv(n_cols, slices), block) * block
+    else:
+        slice_len = triton.cdiv(plan["slice_len"], block) * block
+    n_slices = triton.cdiv(n_cols, slice_len)
+    stats = torch.empty((n_rows, n_slices, 2), dtype=torch.float32, device=x.device)
+    grid = (n_rows, n_slices)
+    softmax_split_stats_kernel[grid](
+        stats, x2, x2.stride(0), x2.stride(1), n_cols, slice_len, n_slices,
+        BLOCK_SIZE=block, num_warps=num_warps_for(block),
+    )
+    softmax_split_normalize_kernel[grid](
+        out, x2, stats, x2.stride(0), x2.stride(1), out.stride(0), n_cols, slice_len, n_slices,
+        BLOCK_SIZE=block, SLICES_P2=triton.next_power_of_2(n_slices), num_warps=num_warps_for(block),
+    )
+    return out.view(x.shape)
+
+
+# --------------------------------------------------------------------------------------------
+# The course's best answer
+# --------------------------------------------------------------------------------------------
+
+
+#: Rows up to this many columns go to the tiled kernel; longer ones are split across programs.
+TILED_MAX_COLS = 32768
+
 
 def softmax(x: torch.Tensor) -> torch.Tensor:
     """Softmax over the last dim for any shape, choosing among the course's kernels:
-    rows that fit on chip go to the tiled single-block kernel, longer rows to the online kernel."""
+    rows that fit on chip go to the tiled kernel (several rows per program when they are short),
+    longer rows are split across programs (``softmax_split``)."""
     check_tensor(x, kernel=True)
     n_cols = x.shape[-1]
-    if n_cols <= MAX_FUSED_COLS:
+    if n_cols <= TILED_MAX_COLS:
         return softmax_tiled(x)
-    return softmax_online(x)
+    return softmax_split(x)

@@ -218,7 +218,7 @@ def _trial_1_2(three_op_traffic) -> str:
         if bad:
             raise Wrong(
                 f"for M={M}, N={N} you returned (reads, writes) = ({reads}, {writes}); "
-                f"the {' and the '.join(bad)} {'are' if len(bad) == 2 else 'is'} off: "
+                f"the {' and the '.join(bad)} are off: "
                 f"count each of the three lines as in the table above"
             )
     return "3MN + M reads, 2MN + M writes"

@@ -7,6 +7,9 @@ Every plot function returns a matplotlib Figure; in a notebook it is displayed b
 
 from __future__ import annotations
 
+import base64
+import io
+
 import matplotlib
 
 matplotlib.use("Agg") if not matplotlib.get_backend().lower().startswith(("module://matplotlib_inline", "inline")) else None
@@ -56,11 +59,19 @@ def save(fig, name: str):
     return path
 
 
+def png_bytes(fig) -> bytes:
+    """The figure as PNG bytes, with no software/version metadata (stable across machines)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", metadata={"Software": None})
+    return buf.getvalue()
+
+
 def show(fig):
-    """Display a figure in a notebook (once) and close it."""
+    """Display a figure in a notebook as a PNG only (no "<Figure ...>" text), and close it.
+    Works under any matplotlib backend, Agg included."""
     try:
         from IPython.display import display
 
-        display(fig)
+        display({"image/png": base64.b64encode(png_bytes(fig)).decode("ascii")}, raw=True)
     finally:
         plt.close(fig)

@@ -26,7 +26,6 @@ import argparse
 import base64
 import copy
 import html
-import json
 import mimetypes
 import re
 import shutil
@@ -56,6 +55,7 @@ COURSE_INTRO = (
 )
 PYGMENTS_STYLE = "default"
 NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
+NOTEBOOK_GLOB_RE = r"\d\d_[^/]*\.ipynb"
 
 SOLUTION_TAG = "solution"
 INSTRUCTOR_TAG = "instructor"
@@ -158,6 +158,10 @@ class Lesson:
 
 def read_lesson(path: Path) -> Lesson:
     nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:  # tidied notebooks may drop outputs' empty metadata, which nbformat requires
+        for out in cell.get("outputs", []):
+            if out.get("output_type") in ("display_data", "execute_result"):
+                out.setdefault("metadata", nbformat.NotebookNode())
     first = next((c for c in nb.cells if c.cell_type == "markdown"), None)
     if first is None or nb.cells.index(first) != 0:
         raise BuildError(f"{path}: the first cell must be the markdown introduction (docs/CONVENTIONS.md)")
@@ -320,7 +324,11 @@ def rewrite_urls(body: str, ctx: PageContext, where: str) -> str:
         parts = urlsplit(val)
         frag = f"#{parts.fragment}" if parts.fragment else ""
         target = unquote(parts.path)
-        if name == "href" and target.endswith(".ipynb") and Path(target).stem in ctx.lesson_stems:
+        if name == "href" and target.endswith(".ipynb") and (
+            Path(target).stem in ctx.lesson_stems or re.fullmatch(NOTEBOOK_GLOB_RE, Path(target).name)
+        ):
+            if Path(target).stem not in ctx.lesson_stems:
+                ctx.warnings.append(f"{where}: link to lesson {target!r}, which is not in this build")
             new = f"{Path(target).stem}.html{frag}"
         else:
             src = (ctx.nb_dir / target).resolve()

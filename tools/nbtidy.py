@@ -34,7 +34,8 @@ def tidy(nb: dict) -> dict:
             else:
                 cell["execution_count"] = None
             for out in cell.get("outputs", []):
-                out.pop("metadata", None) if not out.get("metadata") else None
+                if out.get("output_type") in ("display_data", "execute_result"):
+                    out["metadata"] = {}  # required by nbformat; nothing machine-specific kept
                 if "execution_count" in out:
                     out["execution_count"] = cell["execution_count"]
         else:
