@@ -316,6 +316,85 @@ def tiled_tuning_rows(ns=(256, 512, 1024, 2048, 4096, 8192, 12672, 16384, 32768,
     return rows
 
 
+def _time_variants(x, variants: dict, ref, dtype, copy_ms, nbytes, base: dict, rep=40) -> list[dict]:
+    rows = []
+    for label, fn in variants.items():
+        row = dict(base, variant=label)
+        try:
+            out = fn(x)
+            check_against_reference(out, ref, dtype)
+            del out
+            ms = time_ms(lambda: fn(x), rep=rep)
+            row.update(ms=round(ms, 5), gbps=round(nbytes / ms / 1e6, 1), frac_of_copy=round(copy_ms / ms, 4), status="ok")
+        except Exception as e:
+            msg = (str(e).strip().splitlines() or [type(e).__name__])[0][:100].replace(",", ";")
+            row.update(ms="", gbps="", frac_of_copy="", status=f"failed: {type(e).__name__}: {msg}")
+        rows.append(row)
+    return rows
+
+
+def tiled_variants_rows(ns=(4096, 8192, 12672, 16384, 32768), M=4096, dtypes=("float32", "bfloat16")) -> list[dict]:
+    """Round 2 of tuning: the tiled kernel with persistent grids and prefetching (num_stages)."""
+    rows = []
+    for d in dtypes:
+        dtype = DTYPES[d]
+        for N in ns:
+            x = torch.randn(M, N, device="cuda", dtype=dtype)
+            y = torch.empty_like(x)
+            ref = torch.softmax(x.double(), -1)
+            nbytes = 2 * x.numel() * x.element_size()
+            copy_ms = time_ms(lambda: y.copy_(x), rep=50)
+            variants = {}
+            for bm in (1, 2):
+                for w in (4, 8, 16, 32):
+                    for ns_, pps in ((1, 0), (2, 1), (3, 1), (2, 2), (3, 2), (2, 4)):
+                        variants[f"bm{bm} w{w} s{ns_} pps{pps}"] = (
+                            lambda x, bm=bm, w=w, ns_=ns_, pps=pps: K.softmax_tiled(x, block_m=bm, num_warps=w, num_stages=ns_, programs_per_sm=pps))
+            r = _time_variants(x, variants, ref, dtype, copy_ms, nbytes, dict(dtype=d, M=M, N=N))
+            ok = [q for q in r if q["status"] == "ok"]
+            ok.sort(key=lambda q: -q["frac_of_copy"])
+            print(d, N, [(q["variant"], q["frac_of_copy"]) for q in ok[:4]], file=sys.stderr)
+            rows += r
+            del x, y, ref
+            torch.cuda.empty_cache()
+    return rows
+
+
+LONG_SHAPES = [(1024, 65536), (256, 131072), (64, 262144), (8, 1048576)]
+
+
+def split_variants_rows(shapes=LONG_SHAPES, dtypes=("float32", "bfloat16")) -> list[dict]:
+    """Lesson 06 / tuning: the split-row designs on few long rows."""
+    rows = []
+    sms = K.gpu_props()["sm_count"]
+    for d in dtypes:
+        dtype = DTYPES[d]
+        for M, N in shapes:
+            x = torch.randn(M, N, device="cuda", dtype=dtype)
+            y = torch.empty_like(x)
+            ref = torch.softmax(x.double(), -1)
+            nbytes = 2 * x.numel() * x.element_size()
+            copy_ms = time_ms(lambda: y.copy_(x), rep=50)
+            variants = {"online": K.softmax_online, "torch_softmax": lambda x: torch.softmax(x, -1)}
+            for t in (2, 4, 8, 16):
+                for blk in (1024, 2048, 4096):
+                    variants[f"split t{t} b{blk}"] = (lambda x, t=t, blk=blk: K.softmax_split(
+                        x, slices=max(1, min(N // blk, -(-t * sms // M))), block_size=blk))
+            for sl in (2048, 4096, 8192, 16384):
+                for w in (4, 8, 16):
+                    if sl // (32 * w) > 128 or sl < 32 * w:
+                        continue
+                    variants[f"coop s{sl} w{w}"] = (lambda x, sl=sl, w=w: K.softmax_split_coop(x, slice_cols=sl, num_warps=w))
+            r = _time_variants(x, variants, ref, dtype, copy_ms, nbytes, dict(dtype=d, M=M, N=N))
+            ok = [q for q in r if q["status"] == "ok"]
+            ok.sort(key=lambda q: -q["frac_of_copy"])
+            print(d, M, N, [(q["variant"], q["frac_of_copy"]) for q in ok[:5]], file=sys.stderr)
+            rows += r
+            del x, y, ref
+            torch.cuda.empty_cache()
+    return rows
+
+
 def lessons(out_dir=DATA_DIR) -> None:
     require_gpu("recording the lessons' GPU data")
     out_dir = Path(out_dir)
@@ -335,7 +414,7 @@ def lessons(out_dir=DATA_DIR) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m helpers.bench", description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", nargs="?", default="sweep", choices=["sweep", "lessons", "tune", "all"])
+    ap.add_argument("what", nargs="?", default="sweep", choices=["sweep", "lessons", "tune", "tune2", "all"])
     ap.add_argument("--dtypes", default="float32,bfloat16")
     args = ap.parse_args(argv)
     require_gpu("`make bench`")
@@ -345,6 +424,11 @@ def main(argv=None) -> int:
     if args.what in ("tune", "all"):
         rows = tiled_tuning_rows(dtypes=dtypes)
         write_csv(DATA_DIR / "tuning_tiled.csv", rows, provenance("python -m helpers.bench tune"))
+    if args.what == "tune2":
+        rows = tiled_variants_rows(dtypes=dtypes)
+        write_csv(DATA_DIR / "tuning_tiled_variants.csv", rows, provenance("python -m helpers.bench tune2"))
+        rows = split_variants_rows(dtypes=dtypes)
+        write_csv(DATA_DIR / "split_variants.csv", rows, provenance("python -m helpers.bench tune2"))
     if args.what in ("sweep", "all"):
         path = sweep(dtypes=dtypes)
         from .gpu_data import read_csv

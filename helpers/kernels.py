@@ -554,6 +554,110 @@ def softmax_split(x: torch.Tensor, slices: int | None = None, block_size: int | 
     return out.view(x.shape)
 
 
+@triton.jit
+def softmax_split_coop_kernel(
+    out_ptr, in_ptr, stats_ptr, count_ptr, timeout_ptr,
+    in_row_stride, in_col_stride, out_row_stride,
+    n_rows, n_cols, n_slices, rows_per_round,
+    SLICE: tl.constexpr,  # columns per program: the slice stays in registers between the phases
+    SLICES_P2: tl.constexpr,
+    MAX_SPIN: tl.constexpr,  # give up waiting after this many polls (a safety net, never a result)
+):
+    # Program p owns slice p % n_slices of one row per round; all programs are resident at once
+    # (the grid is sized from the compiled kernel's occupancy), so waiting for the other slices of
+    # the same row cannot deadlock.
+    pid = tl.program_id(0)
+    s = pid % n_slices
+    cols = s * SLICE + tl.arange(0, SLICE)
+    mask = cols < n_cols
+    k = tl.arange(0, SLICES_P2)
+    for rnd in range(0, tl.cdiv(n_rows, rows_per_round)):
+        row = rnd * rows_per_round + pid // n_slices
+        if row < n_rows:
+            row = row.to(tl.int64)
+            # Phase 1: read the slice once, reduce it to its (m, d) pair, publish the pair.
+            x = tl.load(in_ptr + row * in_row_stride + cols * in_col_stride, mask=mask,
+                        other=-float("inf")).to(tl.float32)
+            m = tl.max(x, axis=0)
+            d = tl.sum(tl.where(x == -float("inf"), 0.0, tl.exp(x - m)), axis=0)
+            tl.store(stats_ptr + (row * n_slices + s) * 2, m)
+            tl.store(stats_ptr + (row * n_slices + s) * 2 + 1, d)
+            tl.debug_barrier()  # every thread's stores happen before the release below
+            # Phase 2: count this slice in, wait for the row's other slices (acquire).
+            seen = tl.atomic_add(count_ptr + row, 1, sem="acq_rel", scope="gpu") + 1
+            spins = 0
+            while (seen < n_slices) & (spins < MAX_SPIN):
+                seen = tl.atomic_add(count_ptr + row, 0, sem="acquire", scope="gpu")
+                spins += 1
+            if spins >= MAX_SPIN:
+                tl.store(timeout_ptr, 1)
+            tl.debug_barrier()
+            # Phase 3: merge the row's pairs, normalize the slice still in registers, write.
+            m_s = tl.load(stats_ptr + (row * n_slices + k) * 2, mask=k < n_slices, other=-float("inf"), volatile=True)
+            d_s = tl.load(stats_ptr + (row * n_slices + k) * 2 + 1, mask=k < n_slices, other=0.0, volatile=True)
+            m_row = tl.max(m_s, axis=0)
+            d_row = tl.sum(tl.where(d_s == 0.0, 0.0, d_s * tl.exp(m_s - m_row)), axis=0)
+            tl.store(out_ptr + row * out_row_stride + cols, tl.exp(x - m_row) / d_row, mask=mask)
+
+
+_COOP_CACHE: dict = {}
+
+
+def coop_capacity(x2, out, slice_cols: int, num_warps: int) -> dict:
+    """Compile the cooperative kernel for these arguments and return how many of its programs the
+    GPU keeps resident (GPU only)."""
+    key = (x2.dtype, slice_cols, num_warps, x2.stride(1) == 1, x2.stride(0) % 16 == 0)
+    if key not in _COOP_CACHE:
+        n_rows, n_cols = x2.shape
+        dummy = torch.zeros(1, dtype=torch.int32, device=x2.device)
+        stats = torch.empty(2, dtype=torch.float32, device=x2.device)
+        c = softmax_split_coop_kernel.warmup(
+            out, x2, stats, dummy, dummy, x2.stride(0), x2.stride(1), out.stride(0),
+            n_rows, n_cols, 2, 1, SLICE=slice_cols, SLICES_P2=2, MAX_SPIN=1 << 22,
+            num_warps=num_warps, grid=(1,),
+        )
+        c._init_handles()
+        props = gpu_props()
+        occ = occupancy(c.n_regs, c.metadata.shared, num_warps, props)
+        _COOP_CACHE[key] = {"n_regs": c.n_regs, "n_spills": c.n_spills, "shared": c.metadata.shared,
+                            **occ, "programs": props["sm_count"] * occ["programs_per_sm"]}
+    return _COOP_CACHE[key]
+
+
+def softmax_split_coop(x: torch.Tensor, slice_cols: int | None = None, num_warps: int | None = None) -> torch.Tensor:
+    """Softmax with each row cut into register-resident slices that wait for each other inside one
+    launch, so the row is read from DRAM once (lesson 06). GPU only: the interpreter runs programs
+    one after another, so a program could never see its row's other slices; there this falls back
+    to the two-launch ``softmax_split``."""
+    if not ON_GPU:
+        check_tensor(x, kernel=True)
+        return softmax_split(x)
+    x2, out, n_rows, n_cols = _prepare(x)
+    if out.numel() == 0:
+        return out.view(x.shape)
+    if x.dtype == torch.float64:
+        return softmax_online(x)
+    es = x.element_size()
+    slice_cols = slice_cols or (8192 if es >= 4 else 16384)
+    slice_cols = min(slice_cols, triton.next_power_of_2(n_cols))
+    num_warps = num_warps or max(4, min(16, slice_cols // 1024))
+    n_slices = triton.cdiv(n_cols, slice_cols)
+    cap = coop_capacity(x2, out, slice_cols, num_warps)["programs"]
+    if n_slices > cap:
+        return softmax_split(x)  # a row needs more programs than can be resident at once
+    rows_per_round = max(1, min(n_rows, cap // n_slices))
+    stats = torch.empty((n_rows, n_slices, 2), dtype=torch.float32, device=x.device)
+    count = torch.zeros(n_rows + 1, dtype=torch.int32, device=x.device)
+    softmax_split_coop_kernel[(rows_per_round * n_slices,)](
+        out, x2, stats, count, count[n_rows:],
+        x2.stride(0), x2.stride(1), out.stride(0),
+        n_rows, n_cols, n_slices, rows_per_round,
+        SLICE=slice_cols, SLICES_P2=triton.next_power_of_2(n_slices), MAX_SPIN=1 << 22,
+        num_warps=num_warps,
+    )
+    return out.view(x.shape)
+
+
 # --------------------------------------------------------------------------------------------
 # The course's best answer
 # --------------------------------------------------------------------------------------------
