@@ -333,7 +333,8 @@ def _time_variants(x, variants: dict, ref, dtype, copy_ms, nbytes, base: dict, r
     return rows
 
 
-def tiled_variants_rows(ns=(4096, 8192, 12672, 16384, 32768), M=4096, dtypes=("float32", "bfloat16")) -> list[dict]:
+def tiled_variants_rows(ns=(4096, 8192, 12672, 16384, 32768), M=4096, dtypes=("float32", "bfloat16"),
+                        combos=((1, 0), (2, 1), (2, 2), (3, 2)), warps=(8, 16, 32), block_ms=(1, 2)) -> list[dict]:
     """Round 2 of tuning: the tiled kernel with persistent grids and prefetching (num_stages)."""
     rows = []
     for d in dtypes:
@@ -345,9 +346,9 @@ def tiled_variants_rows(ns=(4096, 8192, 12672, 16384, 32768), M=4096, dtypes=("f
             nbytes = 2 * x.numel() * x.element_size()
             copy_ms = time_ms(lambda: y.copy_(x), rep=50)
             variants = {}
-            for bm in (1, 2):
-                for w in (8, 16, 32):
-                    for ns_, pps in ((1, 0), (2, 1), (2, 2), (3, 2)):
+            for bm in block_ms:
+                for w in warps:
+                    for ns_, pps in combos:
                         variants[f"bm{bm} w{w} s{ns_} pps{pps}"] = (
                             lambda x, bm=bm, w=w, ns_=ns_, pps=pps: K.softmax_tiled(x, block_m=bm, num_warps=w, num_stages=ns_, programs_per_sm=pps))
             r = _time_variants(x, variants, ref, dtype, copy_ms, nbytes, dict(dtype=d, M=M, N=N))
@@ -377,7 +378,7 @@ def split_variants_rows(shapes=LONG_SHAPES, dtypes=("float32", "bfloat16")) -> l
             copy_ms = time_ms(lambda: y.copy_(x), rep=50)
             variants = {"online": K.softmax_online, "torch_softmax": lambda x: torch.softmax(x, -1)}
             for t in (2, 4, 8, 16):
-                for blk in (1024, 2048, 4096):
+                for blk in (2048, 4096, 8192):
                     variants[f"split t{t} b{blk}"] = (lambda x, t=t, blk=blk: K.softmax_split(
                         x, slices=max(1, min(N // blk, -(-t * sms // M))), block_size=blk))
             for sl in (2048, 4096, 8192, 16384):
@@ -414,7 +415,7 @@ def lessons(out_dir=DATA_DIR) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m helpers.bench", description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", nargs="?", default="sweep", choices=["sweep", "lessons", "tune", "tune2", "all"])
+    ap.add_argument("what", nargs="?", default="sweep", choices=["sweep", "lessons", "tune", "tune2", "tune3", "all"])
     ap.add_argument("--dtypes", default="float32,bfloat16")
     args = ap.parse_args(argv)
     require_gpu("`make bench`")
@@ -424,6 +425,14 @@ def main(argv=None) -> int:
     if args.what in ("tune", "all"):
         rows = tiled_tuning_rows(dtypes=dtypes)
         write_csv(DATA_DIR / "tuning_tiled.csv", rows, provenance("python -m helpers.bench tune"))
+    if args.what == "tune3":
+        rows = split_variants_rows(dtypes=dtypes)
+        write_csv(DATA_DIR / "split_variants.csv", rows, provenance("python -m helpers.bench tune3"))
+        rows = tiled_variants_rows(ns=(12672, 16384, 32768), dtypes=("bfloat16",), block_ms=(1,),
+                                   combos=((1, 0), (2, 2), (3, 2), (4, 2), (2, 3), (3, 3), (3, 4), (3, 1), (4, 1)))
+        rows += tiled_variants_rows(ns=(8192, 16384, 32768), dtypes=("float32",), block_ms=(1,),
+                                    combos=((1, 0), (2, 2), (3, 2), (3, 3), (3, 1)))
+        write_csv(DATA_DIR / "tuning_tiled_variants2.csv", rows, provenance("python -m helpers.bench tune3"))
     if args.what == "tune2":
         rows = split_variants_rows(dtypes=dtypes)
         write_csv(DATA_DIR / "split_variants.csv", rows, provenance("python -m helpers.bench tune2"))

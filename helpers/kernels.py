@@ -462,27 +462,23 @@ def softmax_split_stats_kernel(
     BLOCK_SIZE: tl.constexpr,
 ):
     # Program (row, s) reduces columns [s * slice_len, (s + 1) * slice_len) of its row to the pair
-    # (m, d): the slice's max and sum of exp(x - m). Each lane keeps its own running pair.
+    # (m, d): the slice's max and sum of exp(x - m), with lesson 04's online update per block.
     row = tl.program_id(0).to(tl.int64)
     s = tl.program_id(1)
     start = s.to(tl.int64) * slice_len
     cols = tl.arange(0, BLOCK_SIZE)
-    m = tl.full((BLOCK_SIZE,), -float("inf"), tl.float32)
-    d = tl.zeros((BLOCK_SIZE,), tl.float32)
+    m = tl.full((), -float("inf"), tl.float32)
+    d = tl.zeros((), tl.float32)
     for off in range(0, slice_len, BLOCK_SIZE):
         c = start + off + cols
         x = tl.load(in_ptr + row * in_row_stride + c * in_col_stride, mask=c < n_cols,
                     other=-float("inf")).to(tl.float32)
-        m_new = tl.maximum(m, x)
-        # -inf inputs add exactly 0; a NaN input makes d NaN (as torch.softmax gives NaN).
+        m_new = tl.maximum(m, tl.max(x, axis=0))
         alpha = tl.where(m_new == -float("inf"), 1.0, tl.exp(m - m_new))
-        d = d * alpha + tl.where(x == -float("inf"), 0.0, tl.exp(x - m_new))
+        d = d * alpha + tl.sum(tl.where(x == -float("inf"), 0.0, tl.exp(x - m_new)), axis=0)
         m = m_new
-    # Merge the lanes' pairs into the slice's pair (a lane whose sum is 0 adds nothing).
-    m_slice = tl.max(m, axis=0)
-    d_slice = tl.sum(tl.where(d == 0.0, 0.0, d * tl.exp(m - m_slice)), axis=0)
-    tl.store(stats_ptr + (row * n_slices + s) * 2, m_slice)
-    tl.store(stats_ptr + (row * n_slices + s) * 2 + 1, d_slice)
+    tl.store(stats_ptr + (row * n_slices + s) * 2, m)
+    tl.store(stats_ptr + (row * n_slices + s) * 2 + 1, d)
 
 
 @triton.jit
@@ -501,6 +497,7 @@ def softmax_split_normalize_kernel(
     d_s = tl.load(stats_ptr + (row * n_slices + k) * 2 + 1, mask=k < n_slices, other=0.0)
     m_row = tl.max(m_s, axis=0)
     d_row = tl.sum(tl.where(d_s == 0.0, 0.0, d_s * tl.exp(m_s - m_row)), axis=0)
+    inv_d = 1.0 / d_row
     # Read this slice again (from L2 when it is still there), normalize, write.
     start = s.to(tl.int64) * slice_len
     cols = tl.arange(0, BLOCK_SIZE)
@@ -508,19 +505,18 @@ def softmax_split_normalize_kernel(
         c = start + off + cols
         mask = c < n_cols
         x = tl.load(in_ptr + row * in_row_stride + c * in_col_stride, mask=mask, other=-float("inf")).to(tl.float32)
-        tl.store(out_ptr + row * out_row_stride + c, tl.exp(x - m_row) / d_row, mask=mask)
+        tl.store(out_ptr + row * out_row_stride + c, tl.exp(x - m_row) * inv_d, mask=mask)
 
 
 def split_plan(n_rows: int, n_cols: int, element_size: int, target_programs: int | None = None) -> dict:
-    """How to cut rows into slices: enough programs to fill the GPU, slices a whole number of blocks."""
+    """How to cut rows into slices: enough programs to fill the GPU (``target_programs``, default
+    8 per SM), each slice a whole number of blocks."""
     target = target_programs or (_sm_count() * 8 if ON_GPU else 8)
-    block = 2048 if element_size >= 4 else 4096
-    block = min(block, triton.next_power_of_2(max(n_cols, 1)))
+    block = min(4096 if element_size >= 4 else 8192, triton.next_power_of_2(max(n_cols, 1)))
     blocks_per_row = triton.cdiv(n_cols, block)
-    slices = max(1, min(blocks_per_row, triton.cdiv(target, max(n_rows, 1)), 1024))
+    slices = max(1, min(blocks_per_row, triton.cdiv(target, max(n_rows, 1))))
     slice_len = triton.cdiv(blocks_per_row, slices) * block
-    slices = triton.cdiv(n_cols, slice_len)
-    return {"block": block, "slices": slices, "slice_len": slice_len}
+    return {"block": block, "slices": triton.cdiv(n_cols, slice_len), "slice_len": slice_len}
 
 
 def softmax_split(x: torch.Tensor, slices: int | None = None, block_size: int | None = None) -> torch.Tensor:
@@ -572,9 +568,9 @@ def softmax_split_coop_kernel(
     mask = cols < n_cols
     k = tl.arange(0, SLICES_P2)
     for rnd in range(0, tl.cdiv(n_rows, rows_per_round)):
-        row = rnd * rows_per_round + pid // n_slices
-        if row < n_rows:
-            row = row.to(tl.int64)
+        row32 = rnd * rows_per_round + pid // n_slices
+        if row32 < n_rows:
+            row = row32.to(tl.int64)
             # Phase 1: read the slice once, reduce it to its (m, d) pair, publish the pair.
             x = tl.load(in_ptr + row * in_row_stride + cols * in_col_stride, mask=mask,
                         other=-float("inf")).to(tl.float32)
@@ -597,7 +593,7 @@ def softmax_split_coop_kernel(
             d_s = tl.load(stats_ptr + (row * n_slices + k) * 2 + 1, mask=k < n_slices, other=0.0, volatile=True)
             m_row = tl.max(m_s, axis=0)
             d_row = tl.sum(tl.where(d_s == 0.0, 0.0, d_s * tl.exp(m_s - m_row)), axis=0)
-            tl.store(out_ptr + row * out_row_stride + cols, tl.exp(x - m_row) / d_row, mask=mask)
+            tl.store(out_ptr + row * out_row_stride + cols, tl.exp(x - m_row) * (1.0 / d_row), mask=mask)
 
 
 _COOP_CACHE: dict = {}
