@@ -377,13 +377,13 @@ def split_variants_rows(shapes=LONG_SHAPES, dtypes=("float32", "bfloat16")) -> l
             nbytes = 2 * x.numel() * x.element_size()
             copy_ms = time_ms(lambda: y.copy_(x), rep=50)
             variants = {"online": K.softmax_online, "torch_softmax": lambda x: torch.softmax(x, -1)}
-            for t in (2, 4, 8, 16):
-                for blk in (2048, 4096, 8192):
+            for t in (2, 4, 8):
+                for blk in (4096, 8192):
                     variants[f"split t{t} b{blk}"] = (lambda x, t=t, blk=blk: K.softmax_split(
                         x, slices=max(1, min(N // blk, -(-t * sms // M))), block_size=blk))
-            for sl in (2048, 4096, 8192, 16384):
-                for w in (4, 8, 16):
-                    if sl // (32 * w) > 128 or sl < 32 * w:
+            for sl in (4096, 8192, 16384, 32768):
+                for w in (4, 8, 16, 32):
+                    if sl // (32 * w) > 128 or sl // (32 * w) < 8:
                         continue
                     variants[f"coop s{sl} w{w}"] = (lambda x, sl=sl, w=w: K.softmax_split_coop(x, slice_cols=sl, num_warps=w))
             r = _time_variants(x, variants, ref, dtype, copy_ms, nbytes, dict(dtype=d, M=M, N=N))
@@ -415,7 +415,7 @@ def lessons(out_dir=DATA_DIR) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m helpers.bench", description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", nargs="?", default="sweep", choices=["sweep", "lessons", "tune", "tune2", "tune3", "all"])
+    ap.add_argument("what", nargs="?", default="sweep", choices=["sweep", "lessons", "tune", "tune2", "tune3", "tune4", "all"])
     ap.add_argument("--dtypes", default="float32,bfloat16")
     args = ap.parse_args(argv)
     require_gpu("`make bench`")
@@ -425,6 +425,9 @@ def main(argv=None) -> int:
     if args.what in ("tune", "all"):
         rows = tiled_tuning_rows(dtypes=dtypes)
         write_csv(DATA_DIR / "tuning_tiled.csv", rows, provenance("python -m helpers.bench tune"))
+    if args.what == "tune4":
+        rows = split_variants_rows(dtypes=dtypes)
+        write_csv(DATA_DIR / "split_variants.csv", rows, provenance("python -m helpers.bench tune4"))
     if args.what == "tune3":
         rows = split_variants_rows(dtypes=dtypes)
         write_csv(DATA_DIR / "split_variants.csv", rows, provenance("python -m helpers.bench tune3"))

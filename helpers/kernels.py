@@ -565,35 +565,40 @@ def softmax_split_coop_kernel(
     pid = tl.program_id(0)
     s = pid % n_slices
     cols = s * SLICE + tl.arange(0, SLICE)
-    mask = cols < n_cols
     k = tl.arange(0, SLICES_P2)
-    for rnd in range(0, tl.cdiv(n_rows, rows_per_round)):
-        row32 = rnd * rows_per_round + pid // n_slices
-        if row32 < n_rows:
-            row = row32.to(tl.int64)
-            # Phase 1: read the slice once, reduce it to its (m, d) pair, publish the pair.
-            x = tl.load(in_ptr + row * in_row_stride + cols * in_col_stride, mask=mask,
-                        other=-float("inf")).to(tl.float32)
-            m = tl.max(x, axis=0)
-            d = tl.sum(tl.where(x == -float("inf"), 0.0, tl.exp(x - m)), axis=0)
-            tl.store(stats_ptr + (row * n_slices + s) * 2, m)
-            tl.store(stats_ptr + (row * n_slices + s) * 2 + 1, d)
-            tl.debug_barrier()  # every thread's stores happen before the release below
-            # Phase 2: count this slice in, wait for the row's other slices (acquire).
-            seen = tl.atomic_add(count_ptr + row, 1, sem="acq_rel", scope="gpu") + 1
-            spins = 0
-            while (seen < n_slices) & (spins < MAX_SPIN):
-                seen = tl.atomic_add(count_ptr + row, 0, sem="acquire", scope="gpu")
-                spins += 1
-            if spins >= MAX_SPIN:
-                tl.store(timeout_ptr, 1)
-            tl.debug_barrier()
-            # Phase 3: merge the row's pairs, normalize the slice still in registers, write.
-            m_s = tl.load(stats_ptr + (row * n_slices + k) * 2, mask=k < n_slices, other=-float("inf"), volatile=True)
-            d_s = tl.load(stats_ptr + (row * n_slices + k) * 2 + 1, mask=k < n_slices, other=0.0, volatile=True)
-            m_row = tl.max(m_s, axis=0)
-            d_row = tl.sum(tl.where(d_s == 0.0, 0.0, d_s * tl.exp(m_s - m_row)), axis=0)
-            tl.store(out_ptr + row * out_row_stride + cols, tl.exp(x - m_row) * (1.0 / d_row), mask=mask)
+    row = (pid // n_slices).to(tl.int64)
+    x = tl.load(in_ptr + row * in_row_stride + cols * in_col_stride, mask=(cols < n_cols) & (row < n_rows),
+                other=-float("inf")).to(tl.float32)
+    for _ in range(0, tl.cdiv(n_rows, rows_per_round)):
+        valid = row < n_rows
+        # Phase 1: reduce the slice (already in registers) to its (m, d) pair and publish it.
+        m = tl.max(x, axis=0)
+        d = tl.sum(tl.where(x == -float("inf"), 0.0, tl.exp(x - m)), axis=0)
+        tl.store(stats_ptr + (row * n_slices + s) * 2, m, mask=valid)
+        tl.store(stats_ptr + (row * n_slices + s) * 2 + 1, d, mask=valid)
+        # Start reading next round's slice now: its bytes are in flight while we wait.
+        next_row = row + rows_per_round
+        x_next = tl.load(in_ptr + next_row * in_row_stride + cols * in_col_stride,
+                         mask=(cols < n_cols) & (next_row < n_rows), other=-float("inf"))
+        # Phase 2: count this slice in (release), wait until the row's other slices are in (acquire).
+        seen = tl.atomic_add(count_ptr + row, 1, mask=valid, sem="acq_rel", scope="gpu") + 1
+        seen = tl.where(valid, seen, n_slices)
+        spins = 0
+        while (seen < n_slices) & (spins < MAX_SPIN):
+            seen = tl.atomic_add(count_ptr + row, 0, sem="acquire", scope="gpu")
+            spins += 1
+        if spins >= MAX_SPIN:
+            tl.store(timeout_ptr, 1)
+        # Phase 3: merge the row's pairs, normalize the slice still in registers, write it.
+        m_s = tl.load(stats_ptr + (row * n_slices + k) * 2, mask=(k < n_slices) & valid,
+                      other=-float("inf"), volatile=True)
+        d_s = tl.load(stats_ptr + (row * n_slices + k) * 2 + 1, mask=(k < n_slices) & valid, other=0.0, volatile=True)
+        m_row = tl.max(m_s, axis=0)
+        d_row = tl.sum(tl.where(d_s == 0.0, 0.0, d_s * tl.exp(m_s - m_row)), axis=0)
+        tl.store(out_ptr + row * out_row_stride + cols, tl.exp(x - m_row) * (1.0 / d_row),
+                 mask=(cols < n_cols) & valid)
+        x = x_next.to(tl.float32)
+        row = next_row
 
 
 _COOP_CACHE: dict = {}
