@@ -26,7 +26,10 @@ from .kernels import (
     softmax_fused,
     softmax_online,
     softmax_persistent,
+    softmax_split,
+    softmax_split_coop,
     softmax_three_pass,
+    softmax_tiled,
 )
 from .show import show_source
 
@@ -35,5 +38,6 @@ __all__ = [
     "TOLERANCES", "ErrorReport", "assert_matches_reference", "error_report", "naive_softmax",
     "naive_softmax_rowwise", "reference_softmax", "stable_softmax",
     "INTERPRETER_PROGRAMS", "MAX_FUSED_COLS", "gpu_props", "num_warps_for", "occupancy", "softmax",
-    "softmax_fused", "softmax_online", "softmax_persistent", "softmax_three_pass", "show_source",
+    "softmax_fused", "softmax_online", "softmax_persistent", "softmax_split", "softmax_split_coop",
+    "softmax_three_pass", "softmax_tiled", "show_source",
 ]

@@ -392,8 +392,15 @@ def softmax_tiled_kernel(
 
 
 #: (element size, BLOCK_N) -> (rows per tile, num_warps, num_stages, programs per SM or 0 for one
-#: program per tile). Fitted to the tuning sweep on an H200 (figures/data/tuning_tiled.csv).
-TILED_TABLE: dict = {}
+#: program per tile). Read off the tuning sweeps on an H200 at M=4096 (figures/data/tuning_tiled*.csv;
+#: PERFORMANCE.md says how): short rows batch several rows per tile, long ones take a persistent
+#: grid that prefetches the next row (num_stages) while this one is computed.
+TILED_TABLE: dict = {
+    (4, 256): (4, 1, 1, 0), (4, 512): (2, 2, 1, 0), (4, 1024): (4, 4, 1, 0), (4, 2048): (2, 4, 1, 0),
+    (4, 4096): (1, 16, 1, 0), (4, 8192): (1, 16, 1, 0), (4, 16384): (1, 32, 1, 0), (4, 32768): (1, 32, 2, 2),
+    (2, 256): (2, 2, 1, 0), (2, 512): (2, 4, 1, 0), (2, 1024): (2, 4, 1, 0), (2, 2048): (4, 4, 1, 0),
+    (2, 4096): (2, 8, 1, 0), (2, 8192): (1, 16, 1, 0), (2, 16384): (1, 16, 3, 2), (2, 32768): (1, 32, 3, 1),
+}
 
 
 def tiled_config(n_cols: int, dtype: torch.dtype) -> tuple[int, int, int, int]:
@@ -625,6 +632,14 @@ def coop_capacity(x2, out, slice_cols: int, num_warps: int) -> dict:
     return _COOP_CACHE[key]
 
 
+def coop_config(n_rows: int, n_cols: int, dtype: torch.dtype) -> tuple[int, int]:
+    """(columns per slice, num_warps) for the cooperative kernel, from the H200 sweep
+    (figures/data/split_variants.csv): small slices when there are many rows, 8192 otherwise."""
+    if n_rows >= 1024:
+        return 4096, 4
+    return 8192, 8
+
+
 def softmax_split_coop(x: torch.Tensor, slice_cols: int | None = None, num_warps: int | None = None) -> torch.Tensor:
     """Softmax with each row cut into register-resident slices that wait for each other inside one
     launch, so the row is read from DRAM once (lesson 06). GPU only: the interpreter runs programs
@@ -638,10 +653,9 @@ def softmax_split_coop(x: torch.Tensor, slice_cols: int | None = None, num_warps
         return out.view(x.shape)
     if x.dtype == torch.float64:
         return softmax_online(x)
-    es = x.element_size()
-    slice_cols = slice_cols or (8192 if es >= 4 else 16384)
-    slice_cols = min(slice_cols, triton.next_power_of_2(n_cols))
-    num_warps = num_warps or max(4, min(16, slice_cols // 1024))
+    sc, nw = coop_config(n_rows, n_cols, x.dtype)
+    slice_cols = min(slice_cols or sc, triton.next_power_of_2(n_cols))
+    num_warps = num_warps or nw
     n_slices = triton.cdiv(n_cols, slice_cols)
     cap = coop_capacity(x2, out, slice_cols, num_warps)["programs"]
     if n_slices > cap:
@@ -671,9 +685,10 @@ TILED_MAX_COLS = 32768
 def softmax(x: torch.Tensor) -> torch.Tensor:
     """Softmax over the last dim for any shape, choosing among the course's kernels:
     rows that fit on chip go to the tiled kernel (several rows per program when they are short),
-    longer rows are split across programs (``softmax_split``)."""
+    longer rows are split across programs that wait for each other (``softmax_split_coop``; the
+    two-launch ``softmax_split`` under the interpreter)."""
     check_tensor(x, kernel=True)
     n_cols = x.shape[-1]
     if n_cols <= TILED_MAX_COLS:
         return softmax_tiled(x)
-    return softmax_split(x)
+    return softmax_split_coop(x)
