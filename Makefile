@@ -15,7 +15,10 @@ help:
 	@echo "make test       helpers' tests + every notebook under strict nbval (CPU)"
 	@echo "make execute    re-execute all notebooks in place to refresh their stored outputs"
 	@echo "make figures    regenerate the PNG figures under figures/"
-	@echo "make bench      GPU benchmark sweep -> figures/data/bench_*.csv and plots (needs a GPU)"
+	@echo "make bench      GPU benchmark sweep -> figures/data/bench.csv and figures/bench_*.png (needs a GPU)"
+	@echo "make html       the lessons as a static web site in _site/ (INSTRUCTOR=1 adds the instructor edition)"
+	@echo "make serve      build and serve _site/ on http://localhost:8000/"
+	@echo "make test-browser  build the site and check every page in headless Chromium"
 
 venv: $(STAMP)
 
@@ -48,11 +51,14 @@ tidy: venv
 figures: venv
 	$(BIN)/python -m helpers.figures
 
+# GPU only; uses the current python (a GPU machine's own torch/triton), not the CPU venv.
 bench:
-	$(PYTHON) -m helpers.bench
+	$(PYTHON) -m helpers.bench sweep
 
 lock: venv
-	$(BIN)/python -m pip freeze --exclude-editable | sed 's/+cpu$$//' > constraints.txt.new
+	{ echo "# Exact versions for make venv/make test on a CPU machine: the stored notebook outputs come from these."; \
+	  echo "# Regenerate with make lock after changing requirements.txt."; \
+	  $(BIN)/python -m pip freeze --exclude-editable | sed 's/+cpu$$//'; } > constraints.txt.new
 	mv constraints.txt.new constraints.txt
 
 clean:

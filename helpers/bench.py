@@ -87,38 +87,51 @@ def check_against_reference(out: torch.Tensor, ref64: torch.Tensor, dtype) -> fl
     return err
 
 
-def measure_shape(M: int, N: int, dtype, provs: dict, *, seed: int = 0, quick: bool = False) -> list[dict]:
-    """Check and time every provider at one shape; the copy ceiling first."""
+def measure_shape(M: int, N: int, dtype, provs: dict, *, seed: int = 0, quick: bool = False, rounds: int = 3) -> list[dict]:
+    """Check every provider at one shape, then time copy and every provider in ``rounds``
+    interleaved rounds (so a slow spell of the GPU hits all of them alike) and keep the median.
+    ``spread`` is (max - min) / median of a provider's rounds: the run-to-run noise."""
     g = torch.Generator(device="cuda").manual_seed(seed)
     x = torch.randn(M, N, device="cuda", dtype=dtype, generator=g)
     ref = torch.softmax(x.to(torch.float64), dim=-1)
     nbytes = 2 * M * N * x.element_size()
     y = torch.empty_like(x)
     rep = 40 if quick else 100
-    copy_ms = time_ms(lambda: y.copy_(x), rep=rep)
-    rows = [dict(dtype=str(dtype).replace("torch.", ""), M=M, N=N, provider="copy", ms=copy_ms,
-                 gbps=nbytes / copy_ms / 1e6, frac_of_copy=1.0, max_err=0.0, status="ok")]
+    d = str(dtype).replace("torch.", "")
+    fns, rows = {"copy": lambda t: y.copy_(t)}, {"copy": dict(dtype=d, M=M, N=N, provider="copy", max_err=0.0, status="ok")}
     for name, fn in provs.items():
-        row = dict(dtype=rows[0]["dtype"], M=M, N=N, provider=name)
+        row = dict(dtype=d, M=M, N=N, provider=name)
         try:
             if fn == "compile":
                 fn = _compiled_naive()
             out = fn(x)
             torch.cuda.synchronize()
-            err = check_against_reference(out, ref, dtype)
+            row.update(max_err=check_against_reference(out, ref, dtype), status="ok")
             del out
-            ms = time_ms(lambda: fn(x), rep=rep)
-            row.update(ms=ms, gbps=nbytes / ms / 1e6, frac_of_copy=copy_ms / ms, max_err=err, status="ok")
+            fns[name] = fn
         except Exception as e:  # report, never hide: the CSV says which provider failed where and why
             msg = (str(e).strip().splitlines() or [type(e).__name__])[0][:120].replace(",", ";")
             status = "n/a: row longer than the kernel's single block" if "keeps a whole row" in msg else \
                 f"failed: {type(e).__name__}: {msg}"
-            row.update(ms=float("nan"), gbps=float("nan"), frac_of_copy=float("nan"), max_err=float("nan"),
-                       status=status)
-        rows.append(row)
+            row.update(max_err=float("nan"), status=status)
+        rows[name] = row
+    times = {name: [] for name in fns}
+    for _ in range(1 if quick else rounds):
+        for name, fn in fns.items():
+            times[name].append(time_ms(lambda: fn(x), rep=rep))
+    med = {name: sorted(t)[len(t) // 2] for name, t in times.items()}
+    out_rows = []
+    for name, row in rows.items():
+        if name in med:
+            t = times[name]
+            row.update(ms=med[name], gbps=nbytes / med[name] / 1e6, frac_of_copy=med["copy"] / med[name],
+                       spread=(max(t) - min(t)) / med[name])
+        else:
+            row.update(ms=float("nan"), gbps=float("nan"), frac_of_copy=float("nan"), spread=float("nan"))
+        out_rows.append({k: row[k] for k in ("dtype", "M", "N", "provider", "ms", "gbps", "frac_of_copy", "spread", "max_err", "status")})
     del x, y, ref
     torch.cuda.empty_cache()
-    return rows
+    return out_rows
 
 
 def _progress(items, desc):
@@ -139,7 +152,7 @@ def sweep(shapes=SWEEP_SHAPES, dtypes=("float32", "bfloat16"), provs=None, out_n
     for d, M, N in _progress(cells, "bench"):
         rows += measure_shape(M, N, DTYPES[d], provs)
     for r in rows:
-        for k in ("ms", "gbps", "frac_of_copy", "max_err"):
+        for k in ("ms", "gbps", "frac_of_copy", "spread", "max_err"):
             r[k] = round(r[k], 6) if isinstance(r[k], float) and math.isfinite(r[k]) else r[k]
     path = write_csv(DATA_DIR / f"{out_name}.csv", rows, provenance(f"python -m helpers.bench sweep"))
     print(f"wrote {path}", file=sys.stderr)
