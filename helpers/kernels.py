@@ -679,8 +679,12 @@ def softmax_split_coop(x: torch.Tensor, slice_cols: int | None = None, num_warps
 # --------------------------------------------------------------------------------------------
 
 
-#: Rows up to this many columns go to the tiled kernel; longer ones are split across programs.
+#: Rows up to this many columns go to the tiled (or fused) kernel; longer ones are split across programs.
 TILED_MAX_COLS = 32768
+
+#: (element size, BLOCK_N) where lesson 03's one-row-per-program kernel beat the tiled kernel in the
+#: same run of the final sweep (figures/data/bench.csv, H200): long fp32 rows, mid-length bf16 rows.
+FUSED_WINS = {(4, 4096), (4, 8192), (4, 16384), (4, 32768), (2, 4096), (2, 8192)}
 
 
 def softmax(x: torch.Tensor) -> torch.Tensor:
@@ -691,5 +695,6 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
     check_tensor(x, kernel=True)
     n_cols = x.shape[-1]
     if n_cols <= TILED_MAX_COLS:
-        return softmax_tiled(x)
+        key = (x.element_size(), triton.next_power_of_2(max(n_cols, 1)))
+        return softmax_fused(x) if key in FUSED_WINS else softmax_tiled(x)
     return softmax_split_coop(x)

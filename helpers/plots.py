@@ -30,6 +30,8 @@ COLORS = {
     "persistent": "#9467bd",
     "softmax": "#000000",
     "split": "#e377c2",
+    "split_coop": "#8c564b",
+    "tiled": "#7f7f7f",
 }
 
 STYLE = {
