@@ -5,6 +5,8 @@ Each error says what was wrong and what to do about it. Nothing here modifies it
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .mode import DEVICE, MODE
@@ -50,8 +52,9 @@ def as_rows(x: torch.Tensor) -> torch.Tensor:
     n = x.shape[-1]
     if x.dim() == 2:
         return x
+    rows = math.prod(x.shape[:-1])  # explicit, so zero-length rows (n == 0) work too
     try:
-        return x.view(-1, n)
+        return x.view(rows, n)
     except RuntimeError:
         # Leading dimensions that cannot be merged into one stride: copy them into rows.
-        return x.reshape(-1, n)
+        return x.reshape(rows, n)

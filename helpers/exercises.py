@@ -30,7 +30,8 @@ class Verdict:
 
     @property
     def line(self) -> str:
-        tail = f": {self.detail}" if self.detail else ""
+        detail = " ".join(str(self.detail).split())  # always one line
+        tail = f": {detail}" if detail else ""
         return f"Exercise {self.exercise} ({self.title}): {self.status}{tail}"
 
     def __str__(self) -> str:

@@ -122,3 +122,10 @@ def read_csv(name_or_path) -> tuple[list[dict], dict]:
             body.append(line)
     rows = [{k: _convert(v) for k, v in r.items()} for r in csv.DictReader(io.StringIO("\n".join(body)))]
     return rows, meta
+
+
+def recorded_props() -> dict:
+    """The device limits recorded on a real GPU (figures/data/device_props.csv), in the form
+    ``helpers.occupancy()`` takes, plus ``provenance``."""
+    rows, meta = read_csv("device_props")
+    return {**rows[0], "provenance": provenance_line(meta)}

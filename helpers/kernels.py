@@ -261,15 +261,20 @@ def occupancy(n_regs: int, shared_bytes: int, num_warps: int, props: dict) -> di
     for key in ("regs_per_sm", "shared_per_sm", "max_threads_per_sm", "max_blocks_per_sm", "warp_size"):
         if key not in props:
             raise KeyError(f"occupancy(): props is missing {key!r} (see helpers.gpu_props()).")
-    if n_regs < 1 or num_warps < 1:
-        raise ValueError(f"occupancy(): n_regs and num_warps must be positive, got {n_regs} and {num_warps}.")
+        if isinstance(props[key], bool) or not isinstance(props[key], int) or props[key] < 1:
+            raise ValueError(f"occupancy(): props[{key!r}] must be a positive int, got {props[key]!r}.")
+    for name, val, low in (("n_regs", n_regs, 1), ("num_warps", num_warps, 1), ("shared_bytes", shared_bytes, 0)):
+        if isinstance(val, bool) or not isinstance(val, int) or val < low:
+            what = "a positive int" if low else "a non-negative int"
+            raise ValueError(f"occupancy(): {name} must be {what}, got {val!r}.")
     warp = props["warp_size"]
     regs_per_warp = -(-n_regs * warp // 256) * 256
+    # Ties go to the first limit listed; a kernel without shared memory is never limited by it.
     limits = {
         "registers": props["regs_per_sm"] // (regs_per_warp * num_warps),
-        "shared memory": props["shared_per_sm"] // shared_bytes if shared_bytes > 0 else props["max_blocks_per_sm"],
         "threads": props["max_threads_per_sm"] // (warp * num_warps),
         "blocks": props["max_blocks_per_sm"],
+        "shared memory": props["shared_per_sm"] // shared_bytes if shared_bytes > 0 else props["max_blocks_per_sm"],
     }
     per_sm = min(limits.values())
     binding = min(limits, key=lambda k: limits[k])
@@ -336,13 +341,13 @@ def softmax_persistent(
 
     ``num_programs`` overrides the grid size (lesson 05 sweeps it); under the interpreter the
     default is ``INTERPRETER_PROGRAMS``."""
+    for name, val in (("num_programs", num_programs), ("num_warps", num_warps), ("num_stages", num_stages)):
+        if val is not None and (isinstance(val, bool) or not isinstance(val, int) or val < 1):
+            raise ValueError(f"softmax_persistent: {name} must be a positive int, got {val!r}.")
     x2, out, n_rows, n_cols = _prepare(x)
     if out.numel() == 0:
         return out.view(x.shape)
     _check_fused_len(n_cols, "softmax_persistent")
-    for name, val in (("num_programs", num_programs), ("num_warps", num_warps), ("num_stages", num_stages)):
-        if val is not None and (isinstance(val, bool) or not isinstance(val, int) or val < 1):
-            raise ValueError(f"softmax_persistent: {name} must be a positive int, got {val!r}.")
     block = triton.next_power_of_2(n_cols)
     warps = num_warps or num_warps_for(block)
     if num_programs is None:
@@ -427,10 +432,16 @@ def softmax_tiled(
     if out.numel() == 0:
         return out.view(x.shape)
     _check_fused_len(n_cols, "softmax_tiled")
+    for name, val, low in (("block_m", block_m, 1), ("num_warps", num_warps, 1), ("num_stages", num_stages, 1),
+                           ("programs_per_sm", programs_per_sm, 0)):
+        if val is not None and (isinstance(val, bool) or not isinstance(val, int) or val < low):
+            raise ValueError(f"softmax_tiled: {name} must be an int >= {low} (or None for the tuned value), got {val!r}.")
+    if block_m is not None and block_m & (block_m - 1):
+        raise ValueError(f"softmax_tiled: block_m must be a power of two (Triton's tl.arange needs one), got {block_m}.")
     bm, nw, ns, pps = tiled_config(n_cols, x.dtype)
-    bm = block_m or bm
-    nw = num_warps or nw
-    ns = num_stages or ns
+    bm = bm if block_m is None else block_m
+    nw = nw if num_warps is None else num_warps
+    ns = ns if num_stages is None else num_stages
     pps = pps if programs_per_sm is None else programs_per_sm
     n_tiles = triton.cdiv(n_rows, bm)
     if pps:
@@ -536,7 +547,7 @@ def softmax_split(x: torch.Tensor, slices: int | None = None, block_size: int | 
     if x.dtype == torch.float64:
         return softmax_online(x)  # the split kernels keep fp32 statistics
     plan = split_plan(n_rows, n_cols, x.element_size())
-    block = _looped_block(n_cols, block_size, "softmax_split") if block_size else plan["block"]
+    block = plan["block"] if block_size is None else _looped_block(n_cols, block_size, "softmax_split")
     if slices is not None:
         if isinstance(slices, bool) or not isinstance(slices, int) or slices < 1:
             raise ValueError(f"softmax_split: slices must be a positive int, got {slices!r}.")

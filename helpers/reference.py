@@ -109,6 +109,7 @@ TOLERANCES = {
 def assert_matches_reference(out: torch.Tensor, x: torch.Tensor) -> None:
     """``torch.testing.assert_close`` against the float64 reference with dtype-aware tolerances,
     NaN where the reference has NaN."""
+    check_tensor(out, "out")
     ref = reference_softmax(x)
     tol = TOLERANCES[out.dtype]
     torch.testing.assert_close(out.detach().cpu().to(torch.float64), ref, equal_nan=True, **tol)

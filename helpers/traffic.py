@@ -54,6 +54,9 @@ KERNEL_PASSES = {
 
 def kernel_traffic(kernel: str, M: int, N: int) -> dict:
     """Element reads and writes of one of the course's kernels on an (M, N) input."""
+    for name, v in (("M", M), ("N", N)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"kernel_traffic: {name} must be a positive int, got {v!r}.")
     if kernel == "naive":
         ops = naive_ops(M, N)
         return {"reads": sum(o.reads for o in ops), "writes": sum(o.writes for o in ops)}

@@ -1,0 +1,267 @@
+"""Static checks on every lesson notebook (notebooks/NN_*.ipynb), one test per notebook and rule.
+
+The stored outputs are what learners and the HTML pages see and what nbval compares against in
+CI, so they must be tidy, deterministic, free of machine paths, and from the CPU path.
+See docs/CONVENTIONS.md. With no notebooks yet, every test here is skipped (empty parameter set).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+#: SOFTMAX_COURSE_NOTEBOOKS points the checks at another folder (used to test the tests).
+NOTEBOOK_DIR = Path(os.environ.get("SOFTMAX_COURSE_NOTEBOOKS", ROOT / "notebooks"))
+NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
+
+_spec = importlib.util.spec_from_file_location("nbtidy", ROOT / "tools" / "nbtidy.py")
+nbtidy = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(nbtidy)
+
+# Output MIME types holding binary data as base64 (which can contain "/work/" by chance).
+BINARY_MIME = ("image/png", "image/jpeg", "image/gif", "application/pdf")
+
+MACHINE_PATHS = re.compile(r"(/work/|/root/|/home/|/tmp/|/Users/|[A-Za-z]:\\\\Users\\\\|site-packages)")
+# (recorded data may name its GPU: "Recorded on NVIDIA H200 ..." is CPU output)
+GPU_TEXT = re.compile(r"device='cuda|cuda:\d|Kernels run on: GPU")
+NBVAL_MARKER = re.compile(r"#\s*NBVAL_", re.IGNORECASE)
+TIMING_NUMBER = re.compile(r"\d+(\.\d+)?\s*(ns|µs|us|ms|s|sec|secs|seconds|minutes|min)\b")
+TIMING_WORD = re.compile(r"\b(took|elapsed|time|timing|timed|wall|runtime|duration|per call)\b", re.IGNORECASE)
+
+
+def _nb_id(p: Path) -> str:
+    return p.stem
+
+
+def load(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def source(cell) -> str:
+    s = cell.get("source", "")
+    return "".join(s) if isinstance(s, list) else s
+
+
+def tags(cell) -> set:
+    return set(cell.get("metadata", {}).get("tags", []))
+
+
+def output_texts(cell):
+    """Every text a code cell's outputs hold (streams, text MIME types, error tracebacks)."""
+    for out in cell.get("outputs", []):
+        kind = out.get("output_type")
+        if kind == "stream":
+            t = out.get("text", "")
+            yield "".join(t) if isinstance(t, list) else t
+        elif kind in ("execute_result", "display_data"):
+            for mime, data in out.get("data", {}).items():
+                if mime in BINARY_MIME:
+                    continue
+                if isinstance(data, (dict, list)) and mime.endswith("json"):
+                    yield json.dumps(data)
+                else:
+                    yield "".join(data) if isinstance(data, list) else str(data)
+        elif kind == "error":
+            yield "\n".join(out.get("traceback", [])) + f"\n{out.get('ename')}: {out.get('evalue')}"
+
+
+def code_cells(nb):
+    return [(i, c) for i, c in enumerate(nb["cells"]) if c["cell_type"] == "code"]
+
+
+def where(path, i, cell) -> str:
+    head = source(cell).strip().splitlines()[:1]
+    return f"{path.name} cell {i} ({head[0][:60] if head else 'empty'!r})"
+
+
+notebooks = pytest.mark.parametrize("path", NOTEBOOKS, ids=_nb_id)
+
+
+@notebooks
+def test_json_is_tidy(path):
+    text = path.read_text(encoding="utf-8")
+    tidy = nbtidy.dumps(nbtidy.tidy(json.loads(text)))
+    assert tidy == text, f"{path.name} is not tidy: run `make tidy` (or `make execute`)"
+
+
+@notebooks
+def test_kernelspec_is_python3(path):
+    nb = load(path)
+    assert nb["metadata"]["kernelspec"]["name"] == "python3"
+    assert nb.get("nbformat") == 4
+
+
+@notebooks
+def test_code_cells_with_outputs_have_an_execution_count(path):
+    nb = load(path)
+    for i, cell in code_cells(nb):
+        if cell.get("outputs"):
+            assert cell.get("execution_count") is not None, where(path, i, cell)
+
+
+@notebooks
+def test_notebook_has_been_executed(path):
+    """The stored outputs are the expected results nbval compares with: a notebook whose code
+    cells all lack outputs has not been run (`make execute`)."""
+    nb = load(path)
+    counts = [c.get("execution_count") for _, c in code_cells(nb)]
+    assert any(n is not None for n in counts), f"{path.name} has never been executed: run `make execute`"
+
+
+@notebooks
+def test_no_error_outputs(path):
+    nb = load(path)
+    for i, cell in code_cells(nb):
+        if "raises-exception" in tags(cell):
+            continue
+        for out in cell.get("outputs", []):
+            assert out.get("output_type") != "error", f"{where(path, i, cell)} stored an error: {out.get('ename')}"
+            if out.get("output_type") == "stream" and out.get("name") == "stderr":
+                text = "".join(out.get("text", ""))
+                assert "Traceback" not in text and "Warning" not in text, f"{where(path, i, cell)} stderr: {text[:200]}"
+
+
+@notebooks
+def test_outputs_hold_no_machine_paths(path):
+    nb = load(path)
+    for i, cell in code_cells(nb):
+        for text in output_texts(cell):
+            m = MACHINE_PATHS.search(text)
+            assert not m, f"{where(path, i, cell)} output shows a machine path {m.group(0)!r}: {text[max(0, m.start() - 60):m.end() + 60]!r}"
+
+
+@notebooks
+def test_outputs_come_from_the_cpu_path(path):
+    """Outputs stored in the repository come from the CPU run (a GPU run must not be committed)."""
+    nb = load(path)
+    for i, cell in code_cells(nb):
+        for text in output_texts(cell):
+            m = GPU_TEXT.search(text)
+            if m and "nbval-ignore-output" not in tags(cell):
+                pytest.fail(f"{where(path, i, cell)} output looks like a GPU run ({m.group(0)!r}): "
+                            f"re-execute on the CPU (`make execute`)")
+            assert "device='cuda" not in text and "cuda:0" not in text, where(path, i, cell)
+
+
+@notebooks
+def test_no_figure_reprs_in_outputs(path):
+    nb = load(path)
+    for i, cell in code_cells(nb):
+        for text in output_texts(cell):
+            assert "<Figure size" not in text, f"{where(path, i, cell)}: display figures with helpers.plots.show(fig)"
+            assert not re.search(r"<matplotlib\.\w+", text), f"{where(path, i, cell)} stores a matplotlib repr"
+
+
+@notebooks
+def test_no_nbval_comment_markers(path):
+    """nbval is driven by cell tags; `# NBVAL_...` comments would leak into the HTML."""
+    nb = load(path)
+    for i, cell in enumerate(nb["cells"]):
+        assert not NBVAL_MARKER.search(source(cell)), f"{where(path, i, cell)}: use a cell tag instead"
+
+
+@notebooks
+def test_no_timings_in_untagged_outputs(path):
+    """Timings differ on every run: cells that print them carry the nbval-ignore-output tag."""
+    nb = load(path)
+    for i, cell in code_cells(nb):
+        if tags(cell) & {"nbval-ignore-output", "nbval-skip"}:
+            continue
+        for text in output_texts(cell):
+            for line in text.splitlines():
+                if TIMING_NUMBER.search(line) and TIMING_WORD.search(line):
+                    pytest.fail(f"{where(path, i, cell)} prints a timing without the nbval-ignore-output tag: {line!r}")
+
+
+@notebooks
+def test_no_memory_addresses_or_object_reprs(path):
+    """Addresses change per run (nbval sanitizes 0x..., but the HTML would show them)."""
+    nb = load(path)
+    for i, cell in code_cells(nb):
+        for text in output_texts(cell):
+            assert not re.search(r" at 0x[0-9a-fA-F]{6,}", text), f"{where(path, i, cell)} prints an object address"
+
+
+@notebooks
+def test_first_cell_is_the_lesson_header(path):
+    nb = load(path)
+    first = nb["cells"][0]
+    assert first["cell_type"] == "markdown"
+    text = source(first)
+    assert text.startswith("# "), "the first cell starts with the lesson title ('# NN · Title')"
+    assert re.match(rf"# {path.name[:2]} · \S", text), f"the title starts with '# {path.name[:2]} · '"
+    assert "**Time:**" in text
+    for field in ("**What you'll do:**", "**What you'll learn:**", "**What you'll need:**"):
+        assert field in text, f"the header lacks {field}"
+    assert re.search(r"^> \S", text, re.MULTILINE), "the header has a '> summary' line for the index page"
+
+
+@notebooks
+def test_second_cell_prints_the_banner(path):
+    nb = load(path)
+    second = nb["cells"][1]
+    assert second["cell_type"] == "code"
+    assert "import helpers" in source(second) and "helpers.banner()" in source(second)
+
+
+@notebooks
+def test_links_to_the_next_lesson(path):
+    number = int(path.name[:2])
+    nexts = sorted(NOTEBOOK_DIR.glob(f"{number + 1:02d}_*.ipynb"))
+    if not nexts:
+        pytest.skip(f"no lesson {number + 1:02d} yet")
+    nb = load(path)
+    markdown = "\n".join(source(c) for c in nb["cells"] if c["cell_type"] == "markdown")
+    assert f"]({nexts[0].name})" in markdown, f"{path.name} should end with a link to {nexts[0].name}"
+
+
+@notebooks
+def test_ends_with_key_points_and_try_on_your_own(path):
+    nb = load(path)
+    markdown = "\n".join(source(c) for c in nb["cells"] if c["cell_type"] == "markdown")
+    assert "## Key points" in markdown and "## Try on your own" in markdown
+
+
+@notebooks
+def test_exercises_have_template_checker_and_solution(path):
+    """`## Exercise N.k` heading, then a template raising NotImplementedError, a checker cell, and
+    a markdown cell tagged `solution` with the solution inside <details>."""
+    nb = load(path)
+    cells = nb["cells"]
+    for i, cell in enumerate(cells):
+        if cell["cell_type"] != "markdown" or not re.match(r"## Exercise \d+\.\d+", source(cell)):
+            continue
+        rest = cells[i + 1:]
+        following_code = [c for c in rest[:4] if c["cell_type"] == "code"]
+        assert any("NotImplementedError" in source(c) for c in following_code), \
+            f"{where(path, i, cell)}: the template should start as `raise NotImplementedError`"
+        solution = next((c for c in rest if "solution" in tags(c)), None)
+        assert solution is not None, f"{where(path, i, cell)}: no cell tagged 'solution' follows"
+        assert solution["cell_type"] == "markdown"
+        assert "<details><summary>Show a solution</summary>" in source(solution)
+        assert "</details>" in source(solution)
+
+
+@notebooks
+def test_solution_cells_are_markdown_in_details(path):
+    nb = load(path)
+    for i, cell in enumerate(nb["cells"]):
+        if "solution" in tags(cell):
+            assert cell["cell_type"] == "markdown", where(path, i, cell)
+            assert "<details>" in source(cell) and "</details>" in source(cell), where(path, i, cell)
+
+
+@notebooks
+def test_cell_tags_are_known(path):
+    known = {"nbval-ignore-output", "nbval-skip", "solution", "instructor", "raises-exception",
+             "nbval-raises-exception", "hide-input", "hide-output"}
+    nb = load(path)
+    for i, cell in enumerate(nb["cells"]):
+        unknown = tags(cell) - known
+        assert not unknown, f"{where(path, i, cell)} has unknown tags {sorted(unknown)}"

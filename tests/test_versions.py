@@ -1,0 +1,160 @@
+"""helpers._versions: one clear message at import for an unsupported install."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from helpers import _versions
+
+OK = {"torch": "2.13.0+cpu", "triton": "3.9.0", "numpy": "2.3.5"}
+
+
+def problems(interpret=True, **versions):
+    return _versions.problems({**OK, **versions}, interpret=interpret)
+
+
+def test_supported_versions_have_no_problems():
+    assert problems() == []
+    assert problems(interpret=False) == []
+
+
+@pytest.mark.parametrize(
+    "versions",
+    [
+        {"torch": "2.5.0"}, {"torch": "2.14.99"}, {"torch": "2.6.0a0+git1234abc"}, {"torch": "2.11.0+cu130"},
+        {"triton": "3.6.0"}, {"triton": "3.9.5"}, {"triton": "3.8.0rc1"},
+        {"numpy": "1.26.4"}, {"numpy": "2.99.0"},
+        {"triton": "3.6.0", "numpy": "2.3.5"}, {"triton": "3.7.0", "numpy": "2.4.0"},
+    ],
+    ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()),
+)
+def test_edges_of_the_supported_ranges(versions):
+    assert problems(**versions) == []
+
+
+@pytest.mark.parametrize(
+    "name, version, rng",
+    [
+        ("torch", "2.4.1", ">=2.5,<2.15"),
+        ("torch", "2.15.0", ">=2.5,<2.15"),
+        ("torch", "3.0.0", ">=2.5,<2.15"),
+        ("triton", "3.5.1", ">=3.6,<3.10"),
+        ("triton", "3.10.0", ">=3.6,<3.10"),
+        ("triton", "2.3.1", ">=3.6,<3.10"),
+        ("numpy", "1.25.2", ">=1.26,<3.0"),
+        ("numpy", "3.0.0", ">=1.26,<3.0"),
+    ],
+)
+def test_out_of_range_is_one_problem_naming_the_package_range_and_fix(name, version, rng):
+    found = problems(**{name: version})
+    assert len(found) == 1, found
+    msg = found[0]
+    assert msg.startswith(f"{name} {version} ")
+    assert rng in msg
+    assert "pip install -r requirements.txt" in msg
+
+
+def test_missing_package():
+    found = _versions.problems({"torch": OK["torch"], "triton": OK["triton"]}, interpret=True)
+    assert len(found) == 1 and "numpy is not installed" in found[0]
+    assert "requirements.txt" in found[0]
+
+
+def test_every_problem_is_listed():
+    found = problems(torch="2.1.0", triton="3.0.0", numpy="1.20.0")
+    assert [m.split()[0] for m in found] == ["torch", "triton", "numpy"]
+
+
+@pytest.mark.parametrize("numpy_version", ["2.4.0", "2.4.2", "2.5.1"])
+def test_triton_36_interpreter_with_numpy_24_is_flagged_with_the_fix(numpy_version):
+    found = problems(triton="3.6.0", numpy=numpy_version, interpret=True)
+    assert len(found) == 1, found
+    msg = found[0]
+    assert "triton 3.6.0" in msg and f"numpy {numpy_version}" in msg and "interpreter" in msg
+    assert "numpy<2.4" in msg  # the fix, either one
+    assert "newer triton" in msg
+
+
+def test_triton_36_numpy_24_is_flagged_without_a_gpu_even_if_not_forced(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert len(problems(triton="3.6.0", numpy="2.4.0", interpret=False)) == 1
+
+
+def test_triton_36_numpy_24_is_fine_for_compiled_gpu_runs(monkeypatch):
+    """Only the interpreter uses NumPy: on a GPU without TRITON_INTERPRET the pair is fine
+    (this is the combination the GPU machines ship)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert problems(triton="3.6.0", numpy="2.5.2", interpret=False) == []
+    # ...but forcing the interpreter on that GPU machine brings the problem back
+    assert len(problems(triton="3.6.0", numpy="2.5.2", interpret=True)) == 1
+
+
+def test_interpret_defaults_to_the_environment(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    versions = {**OK, "triton": "3.6.0", "numpy": "2.4.0"}
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert len(_versions.problems(versions)) == 1
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    assert _versions.problems(versions) == []
+
+
+def test_installed_versions_are_supported():
+    """The environment running the tests is a supported one (else helpers would not import)."""
+    assert _versions.problems() == []
+    assert _versions.installed("torch") and _versions.installed("no-such-package-xyz") is None
+
+
+def test_check_versions_raises_listing_every_problem(monkeypatch):
+    monkeypatch.delenv("SOFTMAX_COURSE_SKIP_VERSION_CHECK", raising=False)
+    monkeypatch.setattr(_versions, "problems", lambda: ["torch 1.0 is too old: fix A.", "numpy is broken: fix B."])
+    with pytest.raises(_versions.UnsupportedVersionError) as info:
+        _versions.check_versions()
+    assert isinstance(info.value, ImportError)  # so `import helpers` fails as an import should
+    msg = str(info.value)
+    assert "fix A." in msg and "fix B." in msg
+    assert "SOFTMAX_COURSE_SKIP_VERSION_CHECK=1" in msg
+
+
+def test_check_versions_quiet_when_all_is_well(monkeypatch):
+    monkeypatch.delenv("SOFTMAX_COURSE_SKIP_VERSION_CHECK", raising=False)
+    monkeypatch.setattr(_versions, "problems", lambda: [])
+    assert _versions.check_versions() is None
+
+
+def test_skip_variable_skips_the_check(monkeypatch):
+    called = []
+
+    def fake():
+        called.append(1)
+        return ["would fail"]
+
+    monkeypatch.setattr(_versions, "problems", fake)
+    monkeypatch.setenv("SOFTMAX_COURSE_SKIP_VERSION_CHECK", "1")
+    assert _versions.check_versions() is None
+    assert called == []
+
+
+def test_import_helpers_fails_with_the_message_in_a_fresh_process():
+    """End to end: with an unsupported torch installed, `import helpers` raises
+    UnsupportedVersionError (before importing torch), and the skip variable lets it through."""
+    code = (
+        "import importlib.metadata as m\n"
+        "real = m.version\n"
+        "m.version = lambda name: '1.0.0' if name == 'torch' else real(name)\n"
+        "try:\n"
+        "    import helpers\n"
+        "    print('IMPORTED', helpers.MODE)\n"
+        "except ImportError as e:\n"
+        "    print('RAISED', type(e).__name__, e)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "SOFTMAX_COURSE_SKIP_VERSION_CHECK"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert "RAISED UnsupportedVersionError" in out.stdout, out.stdout + out.stderr
+    assert "torch 1.0.0 is outside the supported range" in out.stdout
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={**env, "SOFTMAX_COURSE_SKIP_VERSION_CHECK": "1"})
+    assert "IMPORTED" in out.stdout, out.stdout + out.stderr
