@@ -681,6 +681,7 @@ def softmax_split_coop(x: torch.Tensor, slice_cols: int | None = None, num_warps
         n_rows, n_cols, n_slices, rows_per_round,
         SLICE=slice_cols, SLICES_P2=triton.next_power_of_2(n_slices), MAX_SPIN=1 << 22,
         num_warps=num_warps,
+        launch_cooperative_grid=True,  # the driver refuses (rather than hangs) a grid that cannot all be resident
     )
     return out.view(x.shape)
 

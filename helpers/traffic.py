@@ -49,6 +49,8 @@ KERNEL_PASSES = {
     "persistent": (1, 1),
     "three_pass": (3, 1),
     "online": (2, 1),
+    "split": (2, 1),  # lesson 06, two launches: the second read may come from L2
+    "split_coop": (1, 1),  # lesson 06, one launch: the slice stays in registers
 }
 
 
