@@ -633,7 +633,7 @@ def coop_capacity(x2, out, slice_cols: int, num_warps: int) -> dict:
         c = softmax_split_coop_kernel.warmup(
             out, x2, stats, dummy, dummy, x2.stride(0), x2.stride(1), out.stride(0),
             n_rows, n_cols, 2, 1, SLICE=slice_cols, SLICES_P2=2, MAX_SPIN=1 << 22,
-            num_warps=num_warps, grid=(1,),
+            num_warps=num_warps, launch_cooperative_grid=True, grid=(1,),
         )
         c._init_handles()
         props = gpu_props()
