@@ -622,17 +622,17 @@ def softmax_split_coop_kernel(
 _COOP_CACHE: dict = {}
 
 
-def coop_capacity(x2, out, slice_cols: int, num_warps: int) -> dict:
+def coop_capacity(x2, out, slice_cols: int, num_warps: int, slices_p2: int = 2) -> dict:
     """Compile the cooperative kernel for these arguments and return how many of its programs the
     GPU keeps resident (GPU only)."""
-    key = (x2.dtype, slice_cols, num_warps, x2.stride(1) == 1, x2.stride(0) % 16 == 0)
+    key = (x2.dtype, slice_cols, num_warps, slices_p2, x2.stride(1) == 1, x2.stride(0) % 16 == 0)
     if key not in _COOP_CACHE:
         n_rows, n_cols = x2.shape
         dummy = torch.zeros(1, dtype=torch.int32, device=x2.device)
         stats = torch.empty(2, dtype=torch.float32, device=x2.device)
         c = softmax_split_coop_kernel.warmup(
             out, x2, stats, dummy, dummy, x2.stride(0), x2.stride(1), out.stride(0),
-            n_rows, n_cols, 2, 1, SLICE=slice_cols, SLICES_P2=2, MAX_SPIN=1 << 22,
+            n_rows, n_cols, 2, 1, SLICE=slice_cols, SLICES_P2=slices_p2, MAX_SPIN=1 << 22,
             num_warps=num_warps, launch_cooperative_grid=True, grid=(1,),
         )
         c._init_handles()
@@ -669,7 +669,7 @@ def softmax_split_coop(x: torch.Tensor, slice_cols: int | None = None, num_warps
     slice_cols = min(slice_cols or sc, triton.next_power_of_2(n_cols))
     num_warps = num_warps or nw
     n_slices = triton.cdiv(n_cols, slice_cols)
-    cap = coop_capacity(x2, out, slice_cols, num_warps)["programs"]
+    cap = coop_capacity(x2, out, slice_cols, num_warps, triton.next_power_of_2(n_slices))["programs"]
     if n_slices > cap:
         return softmax_split(x)  # a row needs more programs than can be resident at once
     rows_per_round = max(1, min(n_rows, cap // n_slices))
