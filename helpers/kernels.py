@@ -412,7 +412,7 @@ def tiled_config(n_cols: int, dtype: torch.dtype) -> tuple[int, int, int, int]:
     """(rows per tile, num_warps, num_stages, programs per SM; 0 = one program per tile) for the
     tiled kernel: the measured table where it has an entry, else a rule of thumb (~16 KiB a tile)."""
     block_n = triton.next_power_of_2(max(n_cols, 1))
-    es = torch.empty((), dtype=dtype).element_size()
+    es = dtype.itemsize
     if (es, block_n) in TILED_TABLE:
         return TILED_TABLE[(es, block_n)]
     block_m = max(1, min(64, 16384 // (block_n * es)))
@@ -647,7 +647,7 @@ def coop_config(n_rows: int, n_cols: int, dtype: torch.dtype) -> tuple[int, int]
     """(columns per slice, num_warps) for the cooperative kernel, from the H200 sweep
     (figures/data/split_variants.csv): 4096-column slices with 4 warps for 16-bit inputs and for
     fp32 with many rows, 8192 with 8 warps for fewer fp32 rows."""
-    if n_rows >= 1024 or torch.empty((), dtype=dtype).element_size() < 4:
+    if n_rows >= 1024 or dtype.itemsize < 4:
         return 4096, 4
     return 8192, 8
 
