@@ -26,6 +26,13 @@ _forced = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 _has_gpu = torch.cuda.is_available()
 
 if _forced or not _has_gpu:
+    if not _forced and "triton.language" in sys.modules:
+        # Triton's own @jit helpers (tl.max, tl.sum, ...) were decorated for compilation already.
+        raise ImportError(
+            "Triton was imported before helpers on a machine without a GPU, so its kernels cannot "
+            "switch to the interpreter any more: restart the kernel and run `import helpers` before "
+            "`import triton` (or set TRITON_INTERPRET=1 before starting Python)."
+        )
     os.environ["TRITON_INTERPRET"] = "1"
     MODE = "interpreter"
     DEVICE = torch.device("cpu")

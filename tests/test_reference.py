@@ -4,6 +4,7 @@ show_source: the pieces the lessons lean on besides the kernels."""
 from __future__ import annotations
 
 import inspect
+import os
 import math
 
 import helpers
@@ -321,3 +322,17 @@ def test_mode_is_consistent():
     assert "\n" not in banner and "torch " in banner and "triton " in banner
     assert ("GPU (" in banner) == helpers.ON_GPU
     assert helpers.describe()
+
+
+def test_importing_triton_before_helpers_without_a_gpu_gives_a_clear_error():
+    import subprocess
+    import sys
+
+    import helpers
+
+    if helpers.ON_GPU:
+        pytest.skip("only the CPU interpreter path needs helpers imported first")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    r = subprocess.run([sys.executable, "-c", "import triton; import helpers"], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode != 0
+    assert "import helpers" in r.stderr and "before" in r.stderr

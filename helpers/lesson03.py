@@ -1,0 +1,646 @@
+"""Lesson 03 · Fused softmax in Triton: one program per row, the whole row in registers.
+
+What lives here: a plain-PyTorch replay of one program of ``kernels.softmax_fused_kernel`` (so a
+notebook can print every intermediate value), block-size and traffic tables, the correctness
+sweep, the bandwidth and "where it stops" data (measured live on a GPU, recorded CSVs on the CPU),
+their figures, and the checkers of exercises 3.1 to 3.3.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+
+from . import gpu_data, plots
+from .exercises import Wrong, check, fmt
+from .kernels import MAX_FUSED_COLS, num_warps_for, softmax_fused
+from .mode import DEVICE, ON_GPU
+from .reference import error_report, reference_softmax
+from .traffic import kernel_traffic, min_bytes
+
+#: How each provider is named in tables and legends (lessons 03-05).
+LABELS = {
+    "copy": "copy (the ceiling)",
+    "torch_naive": "naive PyTorch (01)",
+    "torch_softmax": "torch.softmax",
+    "torch_compile": "torch.compile(naive)",
+    "fused": "fused (03)",
+    "three_pass": "three-pass (04)",
+    "online": "online (04)",
+    "persistent": "persistent (05)",
+    "softmax": "helpers.softmax (05)",
+    "split": "split rows (06)",
+    "split_coop": "split, cooperative (06)",
+    "tiled": "tiled (05)",
+}
+
+#: Threads in a warp on NVIDIA GPUs (used for the per-thread tables).
+WARP_SIZE = 32
+
+
+def label(provider: str) -> str:
+    """The display name of a provider (its own name when unknown)."""
+    return LABELS.get(provider, provider)
+
+
+def _color(provider: str) -> str:
+    return plots.COLORS.get(provider, "#7f7f7f")
+
+
+def round_up_err(err: float) -> str:
+    """An error as the power of ten just above it ('< 1e-07'), or 'exact': stable across machines
+    whose last bits differ."""
+    if err != err:  # NaN
+        return "NaN"
+    if err == 0:
+        return "exact"
+    if math.isinf(err):
+        return "inf"
+    return f"< 1e{math.floor(math.log10(err)) + 1:+03d}"
+
+
+# --------------------------------------------------------------------------------------------
+# The block: next_power_of_2, padding lanes, warps
+# --------------------------------------------------------------------------------------------
+
+
+def block_layout(n_cols: int) -> dict:
+    """How the fused kernel lays out a row of ``n_cols`` columns: BLOCK_SIZE (the next power of
+    two), padding lanes, num_warps, threads and elements held per thread."""
+    if isinstance(n_cols, bool) or not isinstance(n_cols, int) or n_cols < 1:
+        raise ValueError(f"block_layout: n_cols must be a positive int, got {n_cols!r}.")
+    block = triton.next_power_of_2(n_cols)
+    warps = num_warps_for(block)
+    threads = WARP_SIZE * warps
+    return {
+        "N": n_cols,
+        "BLOCK_SIZE": block,
+        "padding": block - n_cols,
+        "wasted": (block - n_cols) / block,
+        "num_warps": warps,
+        "threads": threads,
+        "per_thread": max(1, block // threads),
+    }
+
+
+def print_block_layouts(ns=(4, 78, 781, 1000, 1024, 1025, 4096, 12672, 32768, 65536)) -> None:
+    """Print the block layout of the fused kernel for several row lengths."""
+    head = f"{'N':>7} {'BLOCK_SIZE':>10} {'padding':>8} {'wasted':>7} {'num_warps':>9} {'threads':>7} {'elems/thread':>12}"
+    print(head)
+    print("-" * len(head))
+    for n in ns:
+        b = block_layout(n)
+        print(f"{n:>7} {b['BLOCK_SIZE']:>10} {b['padding']:>8} {b['wasted']:>7.0%} {b['num_warps']:>9} "
+              f"{b['threads']:>7} {b['per_thread']:>12}")
+
+
+# --------------------------------------------------------------------------------------------
+# One program, replayed in PyTorch
+# --------------------------------------------------------------------------------------------
+
+
+def replay_program(x: torch.Tensor, row: int) -> dict:
+    """What program ``row`` of ``softmax_fused_kernel`` computes on a contiguous 2-D ``x``,
+    replayed line by line in PyTorch (float32): a dict of every intermediate value."""
+    if not isinstance(x, torch.Tensor) or x.dim() != 2:
+        raise ValueError("replay_program: x must be a 2-D tensor (rows, columns).")
+    n_rows, n_cols = x.shape
+    if not 0 <= row < n_rows:
+        raise ValueError(f"replay_program: row must be in [0, {n_rows}), got {row}.")
+    xc = x.detach().cpu().float().contiguous()
+    block = triton.next_power_of_2(n_cols)
+    cols = torch.arange(block)
+    mask = cols < n_cols
+    flat = xc.reshape(-1)
+    row_start = row * xc.stride(0)
+    loaded = torch.full((block,), float("-inf"))
+    loaded[mask] = flat[row_start + cols[mask]]
+    row_max = loaded.max()
+    numerator = torch.exp(loaded - row_max)
+    denominator = numerator.sum()
+    y = numerator / denominator
+    return {
+        "row": row, "in_row_stride": xc.stride(0), "row_start": row_start, "BLOCK_SIZE": block,
+        "cols": cols, "mask": mask, "x": loaded, "row_max": row_max, "numerator": numerator,
+        "denominator": denominator, "y": y, "stored": y[mask],
+    }
+
+
+def print_replay(x: torch.Tensor, row: int, digits: int = 4) -> dict:
+    """Print :func:`replay_program` for one row, then compare the stored values with what the real
+    kernel (``helpers.softmax_fused``) writes for that row. Returns the replay."""
+    r = replay_program(x, row)
+    n_cols = x.shape[1]
+    mask_s = "[" + ", ".join("T" if m else "F" for m in r["mask"].tolist()) + "]"
+    print(f"row = tl.program_id(0)             -> {r['row']}")
+    print(f"row_start = in_ptr + row * stride  -> element {r['row']} * {r['in_row_stride']} = {r['row_start']}")
+    print(f"BLOCK_SIZE = next_power_of_2({n_cols})   -> {r['BLOCK_SIZE']}")
+    print(f"cols = tl.arange(0, BLOCK_SIZE)    -> {r['cols'].tolist()}")
+    print(f"mask = cols < n_cols               -> {mask_s}")
+    print(f"x = tl.load(..., other=-inf)       -> {fmt(r['x'], digits)}")
+    print(f"row_max = tl.max(x, axis=0)        -> {fmt(r['row_max'], digits)}")
+    print(f"numerator = tl.exp(x - row_max)    -> {fmt(r['numerator'], digits)}")
+    print(f"denominator = tl.sum(numerator)    -> {fmt(r['denominator'], digits)}")
+    print(f"y = numerator / denominator        -> {fmt(r['y'], digits)}")
+    print(f"tl.store(..., y, mask=mask)        -> writes {fmt(r['stored'], digits)}")
+    kernel_row = softmax_fused(x.to(DEVICE))[row].cpu()
+    same = torch.allclose(kernel_row, r["stored"], atol=1e-6, rtol=1e-5)
+    print(f"helpers.softmax_fused(x)[{row}]       -> {fmt(kernel_row, digits)}  (same: {same})")
+    return r
+
+
+def plot_program_grid(M: int = 4, N: int = 13):
+    """The fused kernel's grid for an (M, N) input: one program per row, each holding a block of
+    next_power_of_2(N) lanes; the lanes past N are masked and read as -inf."""
+    from matplotlib.patches import Rectangle
+
+    block = triton.next_power_of_2(N)
+    fig, ax = plots.new_figure(8.0, 0.55 * M + 1.5)
+    palette = ["#9ecae1", "#fdd0a2", "#a1d99b", "#dadaeb", "#fcbba1", "#c7e9c0"]
+    for r in range(M):
+        y = M - 1 - r
+        for c in range(block):
+            inside = c < N
+            ax.add_patch(Rectangle(
+                (c, y + 0.08), 0.92, 0.84,
+                facecolor=palette[r % len(palette)] if inside else "#f2f2f2",
+                edgecolor="#555555" if inside else "#bbbbbb", hatch=None if inside else "///", lw=0.6,
+            ))
+            if not inside:
+                ax.text(c + 0.46, y + 0.5, "-inf", ha="center", va="center", fontsize=6.5, color="#888888")
+        ax.text(-0.4, y + 0.5, f"program {r}  (row {r})", ha="right", va="center", fontsize=9)
+    ax.annotate("", xy=(N - 0.04, M + 0.25), xytext=(0, M + 0.25),
+                arrowprops=dict(arrowstyle="<->", color="#333333", lw=1))
+    ax.text(N / 2, M + 0.38, f"n_cols = {N}: mask True", ha="center", va="bottom", fontsize=9)
+    ax.annotate("", xy=(block - 0.04, M + 0.25), xytext=(N, M + 0.25),
+                arrowprops=dict(arrowstyle="<->", color="#999999", lw=1))
+    ax.text((N + block) / 2, M + 0.38, f"{block - N} padding lanes", ha="center", va="bottom", fontsize=9, color="#777777")
+    ax.set_xlim(-6.5, block + 0.3)
+    ax.set_ylim(-0.2, M + 1.1)
+    ax.axis("off")
+    ax.set_title(f"grid = (M,) = ({M},) programs, each with BLOCK_SIZE = next_power_of_2({N}) = {block} lanes",
+                 fontsize=10)
+    return fig
+
+
+# --------------------------------------------------------------------------------------------
+# Memory traffic
+# --------------------------------------------------------------------------------------------
+
+
+def print_traffic_comparison(M: int = 4096, N: int = 4096, element_size: int = 4) -> None:
+    """DRAM traffic of the naive five-op softmax against the fused kernel, in elements and MB."""
+    print(f"M = {M}, N = {N}, {element_size}-byte elements")
+    print(f"{'version':<14} {'reads':>12} {'writes':>12} {'total MB':>9}  in units of MN")
+    for name, kernel in (("naive (01)", "naive"), ("fused (03)", "fused")):
+        t = kernel_traffic(kernel, M, N)
+        tot = t["reads"] + t["writes"]
+        print(f"{name:<14} {t['reads']:>12,} {t['writes']:>12,} {tot * element_size / 1e6:>9.1f}  {tot / (M * N):.3f} MN")
+    naive = sum(kernel_traffic("naive", M, N).values())
+    fused = sum(kernel_traffic("fused", M, N).values())
+    print(f"the fused kernel moves {naive / fused:.2f}x fewer bytes; "
+          f"its floor is 2MN = {min_bytes(M, N, element_size) / 1e6:.1f} MB")
+
+
+# --------------------------------------------------------------------------------------------
+# Correctness on awkward shapes
+# --------------------------------------------------------------------------------------------
+
+#: Shapes the correctness cell runs on a GPU. Under the interpreter every program (row) costs
+#: about 10 ms of Python, so the CPU runs the same column counts with fewer rows.
+GPU_SHAPES = [(1823, 781), (1, 4), (4, 1), (128, 256), (512, 512), (1024, 64)]
+CPU_SHAPES = [(181, 78), (1, 4), (4, 1), (128, 256), (48, 512), (96, 64)]
+
+
+def correctness_shapes() -> list[tuple[int, int]]:
+    """The shapes of the correctness cell in this mode (full sizes on a GPU, fewer rows on the CPU)."""
+    return list(GPU_SHAPES if ON_GPU else CPU_SHAPES)
+
+
+def check_shapes(fn=softmax_fused, shapes=None, seed: int = 0, scale: float = 3.0) -> bool:
+    """Run ``fn`` on random inputs of each shape (float32, seeded) and print its error against the
+    float64 reference, rounded up to a power of ten. Returns True if every shape is within 1e-6."""
+    shapes = correctness_shapes() if shapes is None else shapes
+    g = torch.Generator().manual_seed(seed)
+    ok_all = True
+    print(f"{'shape':>12} {'max abs err':>12} {'max rel err':>12} {'rows sum to 1':>14} {'ok':>4}")
+    for M, N in shapes:
+        x = (torch.randn(M, N, generator=g) * scale).to(DEVICE)
+        y = fn(x)
+        rep = error_report(y, x)
+        sums = bool(torch.allclose(y.double().sum(-1).cpu(), torch.ones(M, dtype=torch.float64), atol=1e-5))
+        ok = rep.ok(atol=1e-6) and sums
+        ok_all &= ok
+        print(f"{f'{M} x {N}':>12} {round_up_err(rep.max_abs):>12} {round_up_err(rep.max_rel):>12} {str(sums):>14} "
+              f"{'yes' if ok else 'NO':>4}")
+    return ok_all
+
+
+# --------------------------------------------------------------------------------------------
+# Bandwidth: the fused kernel against the naive version and torch.softmax
+# --------------------------------------------------------------------------------------------
+
+BANDWIDTH_PROVIDERS = ("copy", "torch_naive", "torch_softmax", "fused")
+LIVE_NS = (256, 1024, 4096, 16384)
+
+
+def _need_gpu(what: str) -> None:
+    if not ON_GPU:
+        raise RuntimeError(f"{what} measures on a GPU, and this run has none: call it with live=False "
+                           f"for the recorded data.")
+
+
+def bandwidth_data(live: bool | None = None, M: int = 4096, ns=LIVE_NS) -> tuple[list[dict], dict]:
+    """(rows, provenance) of the bandwidth comparison at M = 4096: live on a GPU (a few N, quick
+    timings), else the recorded ``bench.csv``. Rows have dtype, M, N, provider, gbps, frac_of_copy."""
+    live = ON_GPU if live is None else live
+    if live:
+        _need_gpu("bandwidth_data(live=True)")
+        from . import bench
+        from .reference import naive_softmax_rowwise
+
+        provs = {"torch_naive": naive_softmax_rowwise, "torch_softmax": lambda x: torch.softmax(x, dim=-1),
+                 "fused": softmax_fused}
+        rows = []
+        for n in ns:
+            rows += bench.measure_shape(M, n, torch.float32, provs, quick=True)
+        return rows, gpu_data.provenance("helpers.lesson03.bandwidth_data()")
+    rows, meta = gpu_data.read_csv("bench")
+    return [r for r in rows if r["M"] == M and r["provider"] in BANDWIDTH_PROVIDERS], meta
+
+
+def _ok(r) -> bool:
+    return r.get("status", "ok") == "ok" and isinstance(r.get("gbps"), (int, float)) and math.isfinite(r["gbps"])
+
+
+def _series(rows, provider, dtype, key="gbps", M=None):
+    pts = sorted((r["N"], r[key]) for r in rows
+                 if r["provider"] == provider and r["dtype"] == dtype and _ok(r) and (M is None or r["M"] == M))
+    return [p[0] for p in pts], [p[1] for p in pts]
+
+
+def print_bandwidth_table(rows: list[dict], dtype: str = "float32", providers=BANDWIDTH_PROVIDERS) -> None:
+    """GB/s (and the fraction of the copy's) of each provider, one line per N."""
+    ns = sorted({r["N"] for r in rows if r["dtype"] == dtype})
+    present = [p for p in providers if any(r["provider"] == p and r["dtype"] == dtype for r in rows)]
+    print(f"{dtype}, M = {rows[0]['M'] if rows else '?'}: GB/s (fraction of copy)")
+    print(f"{'N':>6} " + " ".join(f"{label(p):>21}" for p in present))
+    for n in ns:
+        cells = []
+        for p in present:
+            r = next((r for r in rows if r["N"] == n and r["provider"] == p and r["dtype"] == dtype), None)
+            cells.append(f"{r['gbps']:>13.0f} ({r['frac_of_copy']:.2f})" if r and _ok(r) else f"{'-':>21}")
+        print(f"{n:>6} " + " ".join(f"{c:>21}" for c in cells))
+
+
+def speedup_summary(rows: list[dict], dtype: str = "float32") -> None:
+    """Print the fused kernel's speed-up over the naive version and over torch.softmax, computed
+    from the rows (range over N), and its fraction of the copy."""
+    by = {}
+    for r in rows:
+        if r["dtype"] == dtype and _ok(r):
+            by.setdefault(r["N"], {})[r["provider"]] = r
+    vs_naive = [v["torch_naive"]["ms"] / v["fused"]["ms"] for v in by.values() if "fused" in v and "torch_naive" in v]
+    vs_torch = [v["torch_softmax"]["ms"] / v["fused"]["ms"] for v in by.values() if "fused" in v and "torch_softmax" in v]
+    frac = [v["fused"]["frac_of_copy"] for v in by.values() if "fused" in v]
+    if vs_naive:
+        print(f"fused vs naive PyTorch:  {min(vs_naive):.1f}x to {max(vs_naive):.1f}x faster")
+    if vs_torch:
+        print(f"fused vs torch.softmax:  {min(vs_torch):.2f}x to {max(vs_torch):.2f}x the speed")
+    if frac:
+        print(f"fused, fraction of copy: {min(frac):.2f} to {max(frac):.2f}")
+
+
+def n_label(n: int) -> str:
+    """256, 1K, 12.4K, 1M: a column count for an axis."""
+    if n >= 2**20 and n % 2**20 == 0:
+        return f"{n // 2**20}M"
+    if n >= 1024:
+        return f"{n // 1024}K" if n % 1024 == 0 else f"{n / 1024:.1f}K"
+    return str(n)
+
+
+def set_n_axis(ax, ns, label_text: str = "N (columns per row)") -> None:
+    """A log2 x axis ticked at the given column counts."""
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(list(ns))
+    pow2 = [n for n in ns if n & (n - 1) == 0]
+    # label powers of two only when they are most of the ticks (12672 would crowd 16384)
+    ax.set_xticklabels([n_label(n) if (n in pow2 or len(pow2) < len(ns) / 2) else "" for n in ns])
+    ax.minorticks_off()
+    ax.set_xlabel(label_text)
+
+
+def plot_bandwidth(rows: list[dict] | None = None, dtype: str = "float32", meta: dict | None = None):
+    """GB/s against N at M = 4096 for the copy ceiling, the naive version, torch.softmax and the
+    fused kernel (recorded bench.csv unless ``rows`` are given)."""
+    if rows is None:
+        rows, meta = bandwidth_data(live=False)
+    fig, ax = plots.new_figure(7.5, 3.8)
+    for p in BANDWIDTH_PROVIDERS:
+        ns, gb = _series(rows, p, dtype)
+        if not ns:
+            continue
+        if p == "copy":
+            ax.plot(ns, gb, "--", color=_color(p), lw=1.5, label=label(p))
+        else:
+            ax.plot(ns, gb, "o-", color=_color(p), lw=2 if p == "fused" else 1.5, ms=4, label=label(p))
+    set_n_axis(ax, sorted({r["N"] for r in rows if r["dtype"] == dtype}))
+    ax.set_xlabel("N (columns per row)")
+    ax.set_ylabel("GB/s (2·M·N·bytes / time)")
+    ax.set_ylim(0, None)
+    gpu = (meta or {}).get("gpu", "GPU")
+    ax.set_title(f"Softmax bandwidth, {dtype}, M = {rows[0]['M'] if rows else 4096}, {gpu}", fontsize=10)
+    ax.legend(frameon=False, fontsize=8.5, loc="upper left")
+    return fig
+
+
+# --------------------------------------------------------------------------------------------
+# Where the fused kernel stops working
+# --------------------------------------------------------------------------------------------
+
+
+def limits_data(live: bool | None = None) -> tuple[list[dict], dict]:
+    """(rows, provenance) of the fused kernel as rows grow at a fixed total size: compiled
+    registers, spills, shared memory and speed. Live on a GPU (float32, 64 MiB total), else the
+    recorded ``fused_limits.csv``."""
+    live = ON_GPU if live is None else live
+    if live:
+        _need_gpu("limits_data(live=True)")
+        from . import bench
+
+        rows = bench.fused_limits_rows(dtypes=("float32",), total_bytes=2**26)
+        return rows, gpu_data.provenance("helpers.lesson03.limits_data()")
+    return gpu_data.read_csv("fused_limits")
+
+
+def print_limits_table(rows: list[dict], dtype: str = "float32") -> None:
+    """N, warps, elements per thread, registers, spills and the fraction of the copy."""
+    head = f"{'N':>7} {'num_warps':>9} {'elems/thread':>12} {'n_regs':>6} {'n_spills':>8} {'frac of copy':>12}"
+    print(f"{dtype}:")
+    print(head)
+    print("-" * len(head))
+    for r in sorted((r for r in rows if r["dtype"] == dtype), key=lambda r: r["N"]):
+        per_thread = r["N"] // (WARP_SIZE * r["num_warps"])
+        if r["status"] != "ok":
+            print(f"{r['N']:>7} {r['num_warps']:>9} {per_thread:>12}  {r['status']}")
+            continue
+        print(f"{r['N']:>7} {r['num_warps']:>9} {per_thread:>12} {r['n_regs']:>6} {r['n_spills']:>8} {r['frac_of_copy']:>12.2f}")
+
+
+def summarize_limits(rows: list[dict]) -> None:
+    """For each dtype: the best fraction of copy while nothing spills, and the first N that spills."""
+    for dtype in sorted({r["dtype"] for r in rows}, reverse=True):
+        rs = sorted((r for r in rows if r["dtype"] == dtype and r["status"] == "ok"), key=lambda r: r["N"])
+        clean = [r for r in rs if r["n_spills"] == 0]
+        spill = [r for r in rs if r["n_spills"] > 0]
+        msg = f"{dtype}: no spills up to N = {clean[-1]['N']}" if clean else f"{dtype}: spills everywhere"
+        if clean:
+            last = clean[-1]
+            msg += f" (there {last['frac_of_copy']:.2f} of copy, {last['n_regs']} registers a thread)"
+        if spill:
+            s = spill[0]
+            msg += (f"; first spill at N = {s['N']}: {s['n_regs']} registers, {s['n_spills']} spilled, "
+                    f"{s['frac_of_copy']:.2f} of copy")
+            worst = min(spill, key=lambda r: r["frac_of_copy"])
+            msg += f"; worst {worst['frac_of_copy']:.2f} at N = {worst['N']}"
+        print(msg)
+
+
+def plot_limits(rows: list[dict] | None = None, meta: dict | None = None):
+    """Left: the fused kernel's fraction of copy as rows grow (float32 and bfloat16). Right: the
+    registers each thread uses and the registers spilled to memory (float32)."""
+    if rows is None:
+        rows, meta = limits_data(live=False)
+    fig, (ax1, ax2) = plots.new_figure(10.0, 3.8, ncols=2)
+    styles = {"float32": ("o-", plots.COLORS["fused"]), "bfloat16": ("s--", "#8c564b")}
+    dtypes = [d for d in ("float32", "bfloat16") if any(r["dtype"] == d for r in rows)]
+    for d in dtypes:
+        rs = sorted((r for r in rows if r["dtype"] == d and r["status"] == "ok"), key=lambda r: r["N"])
+        st, c = styles[d]
+        ax1.plot([r["N"] for r in rs], [r["frac_of_copy"] for r in rs], st, color=c, ms=4, label=d)
+        sp = [r for r in rs if r["n_spills"] > 0]
+        if sp:
+            ax1.plot([r["N"] for r in sp], [r["frac_of_copy"] for r in sp], "x", color="#d62728", ms=9, mew=2)
+    ax1.plot([], [], "x", color="#d62728", ms=8, mew=2, label="registers spill")
+    ax1.axhline(1.0, color=plots.COLORS["copy"], ls="--", lw=1)
+    ax1.text(rows_min_n(rows), 1.02, "copy", fontsize=8, color=plots.COLORS["copy"])
+    ax1.axvline(MAX_FUSED_COLS, color="#999999", ls=":", lw=1)
+    ax1.text(MAX_FUSED_COLS * 1.08, 0.05, "MAX_FUSED_COLS", fontsize=8, color="#777777", rotation=90, va="bottom")
+    set_n_axis(ax1, sorted({r["N"] for r in rows}), "N (columns per row; M·N fixed)")
+    ax1.set_ylim(0, 1.12)
+    ax1.set_ylabel("fraction of copy bandwidth")
+    ax1.set_title("The fused kernel as rows grow", fontsize=10)
+    ax1.legend(frameon=False, fontsize=8.5, loc="lower left")
+
+    rs = sorted((r for r in rows if r["dtype"] == "float32" and r["status"] == "ok"), key=lambda r: r["N"])
+    ns = [r["N"] for r in rs]
+    per_thread = [r["N"] / (WARP_SIZE * r["num_warps"]) for r in rs]
+    sp = [(r["N"], r["n_spills"]) for r in rs if r["n_spills"] > 0]
+    ax2.bar([n for n, _ in sp], [v for _, v in sp], width=[n * 0.35 for n, _ in sp], color="#d62728",
+            alpha=0.5, label="registers spilled (n_spills)")
+    ax2.plot(ns, [r["n_regs"] for r in rs], "o-", color="#1f77b4", ms=4, label="registers per thread (n_regs)")
+    ax2.plot(ns, per_thread, "^:", color="#2ca02c", ms=4, label="row elements per thread")
+    cap = register_cap()
+    ax2.axhline(cap, color="#555555", ls="--", lw=1)
+    ax2.text(ns[0], cap * 1.12, f"{cap} registers a thread: the most 16 warps can have on one SM",
+             fontsize=8, color="#555555")
+    set_n_axis(ax2, ns)
+    ax2.set_yscale("log")
+    ax2.set_ylim(1, 4000)
+    ax2.set_title("float32: what each thread has to hold", fontsize=10)
+    ax2.legend(frameon=False, fontsize=8, loc="upper left")
+    gpu = (meta or {}).get("gpu")
+    if gpu:
+        fig.suptitle(f"{gpu}, {gpu_data_total(rows)}", fontsize=9)
+    return fig
+
+
+def register_cap(num_warps: int = 16) -> int:
+    """Registers per thread when one program of ``num_warps`` warps has a whole SM's register file
+    (from the recorded device properties)."""
+    props, _ = gpu_data.read_csv("device_props")
+    p = props[0]
+    return p["regs_per_sm"] // (p["warp_size"] * num_warps)
+
+
+def rows_min_n(rows) -> int:
+    return min(r["N"] for r in rows)
+
+
+def gpu_data_total(rows) -> str:
+    r = rows[0]
+    es = 2 if r["dtype"] in ("bfloat16", "float16") else 4
+    return f"{r['M'] * r['N'] * es / 2**20:.0f} MiB per input"
+
+
+#: Figures of this lesson, by the name ``helpers.plots.save`` writes them under.
+FIGURES = {
+    "03_program_grid": plot_program_grid,
+    "03_fused_bandwidth": plot_bandwidth,
+    "03_fused_limits": plot_limits,
+}
+
+
+# --------------------------------------------------------------------------------------------
+# Exercise checkers: each prints one line (correct / not yet / wrong) and never raises.
+# --------------------------------------------------------------------------------------------
+
+
+def _call(fn, *args):
+    if not callable(fn):
+        raise Wrong(f"expected a function, got {type(fn).__name__}")
+    got = fn(*args)
+    if got is Ellipsis:
+        raise NotImplementedError
+    if got is None:
+        raise Wrong("your function returned None: is a `return` missing?")
+    return got
+
+
+def _as_int(v, what):
+    if isinstance(v, torch.Tensor) and v.numel() == 1:
+        v = v.item()
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise Wrong(f"{what} should be an int, got {type(v).__name__} {v!r}")
+    return v
+
+
+def _trial_3_1(block_and_padding) -> str:
+    for n in (1, 2, 3, 4, 78, 781, 1000, 1024, 1025, 12672, 65536):
+        got = _call(block_and_padding, n)
+        if not isinstance(got, (tuple, list)) or len(got) != 2:
+            raise Wrong(f"return a pair (BLOCK_SIZE, padding), got {type(got).__name__} {got!r}")
+        block, pad = _as_int(got[0], "BLOCK_SIZE"), _as_int(got[1], "padding")
+        want = triton.next_power_of_2(n)
+        if block != want:
+            hint = " (it must be a power of two, at least N)" if block < n or block & (block - 1) else ""
+            raise Wrong(f"for N = {n} you gave BLOCK_SIZE = {block}, expected {want}{hint}")
+        if pad != want - n:
+            raise Wrong(f"for N = {n} (BLOCK_SIZE = {want}) you gave padding = {pad}, expected {want - n}")
+    return "e.g. N = 781 -> BLOCK_SIZE 1024 with 243 padding lanes"
+
+
+def check_3_1(block_and_padding) -> None:
+    """Exercise 3.1: ``block_and_padding(n_cols)`` returns (BLOCK_SIZE, padding lanes)."""
+    check("3.1", "block size and padding", block_and_padding, _trial_3_1)
+
+
+def _kernel_source(kernel) -> str:
+    try:
+        from .show import source_of
+
+        return source_of(kernel)
+    except Exception:
+        return ""
+
+
+def _is_untouched(kernel, err: BaseException) -> bool:
+    chain, e = [], err
+    while e is not None and len(chain) < 5:
+        chain.append(e)
+        e = e.__cause__ or e.__context__
+    if any(isinstance(c, NotImplementedError) or "NotImplementedError" in str(c) for c in chain):
+        return True
+    return "raise NotImplementedError" in _kernel_source(kernel)
+
+
+def _trial_3_2(kernel) -> str:
+    if not hasattr(kernel, "__getitem__") or not hasattr(kernel, "fn"):
+        raise Wrong("scaled_softmax_kernel must be a Triton kernel: decorate it with @triton.jit")
+    g = torch.Generator().manual_seed(32)
+    cases = [
+        ((3, 8), 0.5, 1.0),     # a power-of-two row: no padding
+        ((5, 37), 2.0, 1.0),    # padding lanes
+        ((2, 20), 3.0, 30.0),   # large scaled values: needs the max shift
+        ((4, 13), -1.0, 1.0),   # a negative scale
+    ]
+    worst = 0.0
+    for (M, N), scale, spread in cases:
+        x = (torch.randn(M, N, generator=g) * spread).to(DEVICE)
+        before = x.clone()
+        out = torch.full_like(x, float("nan"))
+        try:
+            kernel[(M,)](out, x, x.stride(0), out.stride(0), N, scale, BLOCK_SIZE=triton.next_power_of_2(N))
+        except Exception as e:
+            if _is_untouched(kernel, e):
+                raise NotImplementedError from e
+            msg = str(e).strip().splitlines()[-1] if str(e).strip() else ""
+            raise Wrong(f"launching your kernel on a {M} x {N} input raised {type(e).__name__}: {msg[:160]}") from e
+        if not torch.equal(x, before):
+            raise Wrong("your kernel changed its input: store into out_ptr only")
+        ref = reference_softmax(x.double() * scale)
+        got = out.detach().cpu().double()
+        if torch.isnan(got).any():
+            hint = ""
+            if scale < 0:
+                hint = (": the padding lanes load -inf, and -inf * scale is +inf when scale < 0. "
+                        "Give the padding lanes -inf after scaling (tl.where with the mask)")
+            elif spread > 1:
+                hint = ": did you subtract the row maximum before tl.exp?"
+            else:
+                hint = ": did you load with mask=... and other=-float('inf'), and store with the mask?"
+            raise Wrong(f"on a {M} x {N} input with scale = {scale} your output has NaN{hint}")
+        err = (got - ref).abs().max().item()
+        if not err <= 1e-5:
+            raise Wrong(f"on a {M} x {N} input with scale = {scale}: max abs error {err:.1e} against "
+                        f"softmax(x * scale); row 0 should start {fmt(ref[0, :3])}, got {fmt(got[0, :3])}")
+        worst = max(worst, err)
+    return f"max abs error {round_up_err(worst)}"
+
+
+def check_3_2(scaled_softmax_kernel) -> None:
+    """Exercise 3.2: a Triton kernel computing softmax(x * scale) row by row."""
+    check("3.2", "a fused scaled softmax kernel", scaled_softmax_kernel, _trial_3_2)
+
+
+def predicted_ms_answer(M: int, N: int, element_size: int, gbps: float) -> float:
+    """Milliseconds to read M*N elements once and write them once at ``gbps`` (10**9 bytes/s)."""
+    return 2 * M * N * element_size / (gbps * 1e9) * 1e3
+
+
+def _trial_3_3(predicted_ms) -> str:
+    cases = [(4096, 4096, 4, 4000.0), (1, 1, 4, 1.0), (65536, 1024, 2, 3350.0), (1024, 65536, 4, 2000.0)]
+    for M, N, es, gb in cases:
+        got = _call(predicted_ms, M, N, es, gb)
+        if isinstance(got, torch.Tensor) and got.numel() == 1:
+            got = got.item()
+        if isinstance(got, bool) or not isinstance(got, (int, float)):
+            raise Wrong(f"return a number of milliseconds, got {type(got).__name__}")
+        want = predicted_ms_answer(M, N, es, gb)
+        if not math.isclose(got, want, rel_tol=1e-6):
+            ratio = got / want if want else float("nan")
+            hint = ""
+            for factor, why in ((0.5, "count the write as well as the read"), (1e3, "milliseconds, not microseconds?"),
+                                (1e-3, "milliseconds, not seconds"), (1e6, "GB/s is 10**9 bytes per second"),
+                                (2**30 / 1e9, "a GB here is 10**9 bytes, not 2**30")):
+                if math.isclose(ratio, factor, rel_tol=1e-3) or math.isclose(ratio, 1 / factor, rel_tol=1e-3):
+                    hint = f" ({why})"
+                    break
+            raise Wrong(f"for M = {M}, N = {N}, {es}-byte elements at {gb:g} GB/s you gave {got:.6g} ms, "
+                        f"expected {want:.6g} ms{hint}")
+    return _prediction_vs_recorded()
+
+
+def _prediction_vs_recorded() -> str:
+    """One sentence comparing the prediction with the recorded fused kernel (CPU) - or nothing."""
+    try:
+        props, _ = gpu_data.read_csv("device_props")
+        rows, _ = gpu_data.read_csv("fused_limits")
+        gb = props[0]["copy_gbps_1GiB"]
+        r = next(r for r in rows if r["dtype"] == "float32" and r["N"] == 4096 and r["status"] == "ok")
+        pred = predicted_ms_answer(r["M"], r["N"], 4, gb)
+        return (f"at the recorded copy bandwidth ({gb:.0f} GB/s) a {r['M']} x {r['N']} float32 softmax needs "
+                f"{pred:.3f} ms; the fused kernel took {r['ms']:.3f} ms")
+    except Exception:
+        return ""
+
+
+def check_3_3(predicted_ms) -> None:
+    """Exercise 3.3: ``predicted_ms(M, N, element_size, gbps)``: the time of a bandwidth-bound
+    kernel that reads and writes each element once."""
+    check("3.3", "predict a bandwidth-bound time", predicted_ms, _trial_3_3)
