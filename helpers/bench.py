@@ -53,6 +53,15 @@ def require_gpu(what: str = "the benchmark") -> None:
         raise SystemExit(2)
 
 
+#: Progress lines on stderr: on for the command line, off when a lesson calls these functions.
+VERBOSE = [False]
+
+
+def _log(*args) -> None:
+    if VERBOSE[0]:
+        print(*args, file=sys.stderr)
+
+
 def time_ms(fn, warmup: int = 25, rep: int = 100) -> float:
     """Median milliseconds of ``fn()`` by triton.testing.do_bench."""
     return float(triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median"))
@@ -227,7 +236,7 @@ def fused_limits_rows(dtypes=("float32", "bfloat16"), total_bytes=2**28) -> list
                            ms="", gbps="", frac_of_copy="", max_err="")
             torch.cuda.empty_cache()
             rows.append(row)
-            print(row, file=sys.stderr)
+            _log(row)
     return rows
 
 
@@ -335,7 +344,7 @@ def tiled_tuning_rows(ns=(256, 512, 1024, 2048, 4096, 8192, 12672, 16384, 32768,
                     rows.append(row)
             best = max((r for r in rows if r["N"] == N and r["dtype"] == d and r["status"] == "ok"),
                        key=lambda r: r["frac_of_copy"], default=None)
-            print(f"{d} N={N}: best {best}", file=sys.stderr)
+            _log(f"{d} N={N}: best {best}")
             del x, y, ref
             torch.cuda.empty_cache()
     return rows
@@ -379,7 +388,7 @@ def tiled_variants_rows(ns=(4096, 8192, 12672, 16384, 32768), M=4096, dtypes=("f
             r = _time_variants(x, variants, ref, dtype, copy_ms, nbytes, dict(dtype=d, M=M, N=N))
             ok = [q for q in r if q["status"] == "ok"]
             ok.sort(key=lambda q: -q["frac_of_copy"])
-            print(d, N, [(q["variant"], q["frac_of_copy"]) for q in ok[:4]], file=sys.stderr)
+            _log(d, N, [(q["variant"], q["frac_of_copy"]) for q in ok[:4]])
             rows += r
             del x, y, ref
             torch.cuda.empty_cache()
@@ -414,7 +423,7 @@ def split_variants_rows(shapes=LONG_SHAPES, dtypes=("float32", "bfloat16")) -> l
             r = _time_variants(x, variants, ref, dtype, copy_ms, nbytes, dict(dtype=d, M=M, N=N))
             ok = [q for q in r if q["status"] == "ok"]
             ok.sort(key=lambda q: -q["frac_of_copy"])
-            print(d, M, N, [(q["variant"], q["frac_of_copy"]) for q in ok[:5]], file=sys.stderr)
+            _log(d, M, N, [(q["variant"], q["frac_of_copy"]) for q in ok[:5]])
             rows += r
             del x, y, ref
             torch.cuda.empty_cache()
@@ -444,6 +453,7 @@ def main(argv=None) -> int:
     ap.add_argument("--dtypes", default="float32,bfloat16")
     args = ap.parse_args(argv)
     require_gpu("`make bench`")
+    VERBOSE[0] = True
     dtypes = tuple(args.dtypes.split(","))
     if args.what in ("lessons", "all"):
         lessons()
