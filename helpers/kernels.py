@@ -695,8 +695,8 @@ def softmax_split_coop(x: torch.Tensor, slice_cols: int | None = None, num_warps
 TILED_MAX_COLS = 32768
 
 #: (element size, BLOCK_N) where lesson 03's one-row-per-program kernel beat the tiled kernel in the
-#: same run of the final sweep (figures/data/bench.csv, H200): long fp32 rows, mid-length bf16 rows.
-FUSED_WINS = {(4, 4096), (4, 8192), (4, 16384), (4, 32768), (2, 4096), (2, 8192)}
+#: same runs of the sweep (figures/data/bench_runs/, H200): long fp32 rows, mid-length bf16 rows.
+FUSED_WINS = {(4, 4096), (4, 8192), (4, 16384), (4, 32768), (2, 2048), (2, 4096), (2, 8192)}
 
 
 def softmax(x: torch.Tensor) -> torch.Tensor:
