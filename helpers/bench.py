@@ -166,6 +166,15 @@ def sweep(shapes=SWEEP_SHAPES, dtypes=("float32", "bfloat16"), provs=None, out_n
     provs = providers() if provs is None else provs
     rows = []
     cells = [(d, M, N) for d in dtypes for (M, N) in shapes]
+    # Some cells of earlier sweeps read ~0.2 of copy for every Triton provider with a large spread,
+    # twice in the first cell (figures/data/bench_runs/). A guess, not yet measured: an idle GPU's
+    # clocks ramping up. Keep the GPU busy for ~2 s before the first cell.
+    warm = torch.empty(2**28, device="cuda")
+    t_end = time.time() + 2.0
+    while time.time() < t_end:
+        warm.add_(1.0)
+        torch.cuda.synchronize()
+    del warm
     for d, M, N in _progress(cells, "bench"):
         rows += measure_shape(M, N, DTYPES[d], provs)
     for r in rows:
