@@ -116,3 +116,16 @@ def expect_close(got, expected: torch.Tensor, *, inputs=None, atol: float = 1e-5
         where = "on input " + fmt(inputs) + " " if inputs is not None else ""
         raise Wrong(f"{where}expected {fmt(expected)}, got {fmt(got)}")
     return float(diff.max())
+
+
+def call_attempt(fn, *args):
+    """Call the learner's function for a trial: ``...`` back means untouched (not yet), ``None``
+    back means a missing ``return`` (wrong), and something that is not a function is wrong."""
+    if not callable(fn):
+        raise Wrong(f"expected a function, got {type(fn).__name__}")
+    got = fn(*args)
+    if got is Ellipsis:
+        raise NotImplementedError
+    if got is None:
+        raise Wrong("your function returned None: is a `return` missing?")
+    return got
