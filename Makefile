@@ -51,9 +51,11 @@ tidy: venv
 figures: venv
 	$(BIN)/python -m helpers.figures
 
-# GPU only; uses the current python (a GPU machine's own torch/triton), not the CPU venv.
+# GPU only. Uses .venv's python when there is one (on a CPU machine it then says why it stops),
+# else $(PYTHON): a GPU machine's own torch and Triton.
+BENCH_PY ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
 bench:
-	$(PYTHON) -m helpers.bench sweep
+	$(BENCH_PY) -m helpers.bench sweep
 
 lock: venv
 	{ echo "# Exact versions for make venv/make test on a CPU machine: the stored notebook outputs come from these."; \
