@@ -19,6 +19,8 @@ import triton
 from . import gpu_data, plots
 from .exercises import Wrong, check, fmt, call_attempt
 from .kernels import softmax_split, softmax_split_stats_kernel, split_plan
+from .lesson03 import _need_gpu, round_up_err
+from .lesson05 import device_props  # noqa: F401  (the notebook calls lesson06.device_props)
 from .mode import DEVICE, ON_GPU
 from .reference import error_report
 
@@ -69,24 +71,6 @@ def _ok(r) -> bool:
     return r.get("status", "ok") == "ok" and isinstance(v, (int, float)) and math.isfinite(v)
 
 
-def round_up_err(err: float) -> str:
-    """An error as the power of ten just above it ('< 1e-07'), or 'exact': the same on every
-    machine, whatever its last bits."""
-    if err != err:
-        return "NaN"
-    if err == 0:
-        return "exact"
-    if math.isinf(err):
-        return "inf"
-    return f"< 1e{math.floor(math.log10(err)) + 1:+03d}"
-
-
-def _need_gpu(what: str) -> None:
-    if not ON_GPU:
-        raise RuntimeError(f"{what} measures on a GPU, and this run has none: call it with live=False "
-                           f"for the recorded data.")
-
-
 def shape_name(M: int, N: int) -> str:
     """'1024 x 65536', or '8 x 1M' for a million columns."""
     n = f"{N // 2**20}M" if N % 2**20 == 0 else (f"{N // 1024}K" if N % 1024 == 0 else str(N))
@@ -96,19 +80,6 @@ def shape_name(M: int, N: int) -> str:
 # --------------------------------------------------------------------------------------------
 # How many programs a few long rows give
 # --------------------------------------------------------------------------------------------
-
-
-def device_props(live: bool | None = None) -> tuple[dict, dict]:
-    """(props, provenance): SM count, L2 size and the rest of the GPU's limits. Live on a GPU, else
-    the recorded ``device_props.csv`` (an H200)."""
-    live = ON_GPU if live is None else live
-    if live:
-        _need_gpu("device_props(live=True)")
-        from .kernels import gpu_props
-
-        return gpu_props(), gpu_data.provenance("helpers.gpu_props()")
-    rows, meta = gpu_data.read_csv("device_props")
-    return rows[0], meta
 
 
 def print_programs_table(shapes=LONG_SHAPES, sm_count: int = 132, per_sm: int = 8) -> None:
