@@ -16,12 +16,9 @@ from .reference import (
     reference_softmax,
     stable_softmax,
 )
+from .device import gpu_props, occupancy
+from .launch import INTERPRETER_PROGRAMS, MAX_FUSED_COLS, num_warps_for
 from .kernels import (
-    INTERPRETER_PROGRAMS,
-    MAX_FUSED_COLS,
-    gpu_props,
-    num_warps_for,
-    occupancy,
     softmax,
     softmax_fused,
     softmax_online,

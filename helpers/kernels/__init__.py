@@ -1,0 +1,24 @@
+"""The course's Triton softmax kernels, one module per family, each exported from the lesson that
+teaches it (``tools/export.py``: edit the notebook's cells, then run ``make export``):
+
+- ``fused``       lesson 03: one program per row, the whole row in one block.
+- ``online``      lesson 04: a loop over the row in blocks: three passes, then the online (max, sum).
+- ``persistent``  lesson 05: a persistent grid sized from the compiled kernel; the tiled kernel.
+- ``split``       lesson 06: one row split across programs: two launches, or one cooperative launch.
+- ``dispatch``    ``softmax``: the course's best answer for any shape (written by hand).
+
+Every wrapper takes a floating tensor of any shape (at least one dimension) and returns the
+softmax over its last dimension: same shape, dtype and device, a new tensor (the input is never
+modified). fp16/bf16 are computed in fp32 inside the kernels, float64 in float64. The launch
+plumbing they share (validation, the per-key plan cache, the direct launch) is ``helpers.launch``.
+"""
+
+from ..device import gpu_props, occupancy
+from ..launch import INTERPRETER_PROGRAMS, MAX_FUSED_COLS, acc_dtype, num_warps_for
+from .fused import fused_plan, softmax_fused, softmax_fused_kernel
+from .online import looped_plan, softmax_online, softmax_online_kernel, softmax_three_pass, softmax_three_pass_kernel
+from .persistent import (persistent_plan, softmax_persistent, softmax_persistent_kernel, softmax_tiled,
+                         softmax_tiled_kernel, tiled_plan)
+from .split import (MAX_SPIN, coop_plan, softmax_split, softmax_split_coop, softmax_split_coop_kernel,
+                    softmax_split_normalize_kernel, softmax_split_stats_kernel, split_plan, two_launch_plan)
+from .dispatch import TILED_MAX_COLS, softmax, softmax_plan  # noqa: E402  (after the families it chooses from)

@@ -1,0 +1,33 @@
+"""``helpers.softmax``: the course's best answer for any shape (lessons 05 and 06).
+
+Rows that fit on chip (up to ``TILED_MAX_COLS`` columns) go to the tiled kernel, in the
+configuration measured for this GPU (``helpers.tuning``); longer rows are split across programs
+that wait for each other inside one launch (``softmax_split_coop``; the two-launch
+``softmax_split`` under the interpreter). One cache lookup a call: the plan of each kind of tensor
+is decided once (``helpers.launch``).
+"""
+
+from __future__ import annotations
+
+from ..launch import RowSoftmax
+from .persistent import tiled_plan
+from .split import coop_plan
+
+#: Rows up to this many columns go to the tiled kernel; longer ones are split across programs.
+TILED_MAX_COLS = 32768
+
+
+def softmax_plan(rows):
+    """The plan ``softmax`` uses for these rows: the tiled kernel's, or the cooperative split's."""
+    if rows.n_cols <= TILED_MAX_COLS:
+        return tiled_plan(rows)
+    return coop_plan(rows)
+
+
+_softmax = RowSoftmax(softmax_plan, "softmax")
+
+
+def softmax(x):
+    """Softmax over the last dimension for any shape: a new tensor of ``x``'s shape, dtype and
+    device, computed in fp32 for 16-bit inputs."""
+    return _softmax(x)

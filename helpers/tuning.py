@@ -1,0 +1,316 @@
+"""Configurations of the kernels behind ``helpers.softmax``, per GPU: measured, not guessed.
+
+The best tile shape of the tiled kernel (rows per program, warps, pipelining stages, persistent or
+not) and the best slice of the cooperative split kernel depend on the GPU. The course does not
+ship one GPU's table for every GPU. Instead, each configuration is **tuned once per device**:
+
+1. On a GPU with a recorded table, ``figures/data/tuning_<gpu>.csv`` (written by
+   ``python -m helpers.bench tune`` on that GPU; the course records an H100 and an H200), the
+   candidate with the shortest GPU time for each class is used.
+2. Otherwise, the first call of each class (dtype and power-of-two row length) times every candidate
+   on that GPU (``triton.testing.do_bench_cudagraph``), keeps the fastest and caches it on disk
+   (``~/.cache/softmax-course/``, or ``$SOFTMAX_COURSE_CACHE``). PERFORMANCE.md gives what that
+   first call costs.
+3. Under the interpreter, or with ``SOFTMAX_COURSE_TUNING=rule``, a rule derived from what the
+   recorded tables show (each thread moves about 64 bytes; at least one warp a program) is used.
+
+``SOFTMAX_COURSE_TUNING=autotune`` ignores the recorded tables (to measure the first-call cost).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+import triton
+
+from .mode import ON_GPU
+
+DATA_DIR = Path(__file__).resolve().parent.parent / "figures" / "data"
+
+#: Row lengths (powers of two) whose tiled configuration is tuned; longer rows are split.
+TILED_BLOCKS = tuple(2**k for k in range(8, 16))
+#: The long-row shapes the cooperative kernel is tuned on (the benchmark's).
+LONG_SHAPES = ((1024, 65536), (256, 131072), (64, 262144), (8, 1048576))
+#: Rows of the tensor the tiled kernel is tuned on (the benchmark's M).
+TUNE_ROWS = 4096
+
+
+class TiledConfig(NamedTuple):
+    block_m: int  # rows per tile
+    num_warps: int
+    num_stages: int
+    programs_per_sm: int  # 0: one program per tile; else a persistent grid of this many per SM
+    source: str = "rule"  # "recorded", "tuned", or "rule"
+
+
+class CoopConfig(NamedTuple):
+    slice_cols: int
+    num_warps: int
+    source: str = "rule"
+
+
+def gpu_slug(name: str) -> str:
+    """'NVIDIA H100 80GB HBM3' -> 'nvidia_h100_80gb_hbm3' (the recorded table's file name)."""
+    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
+
+
+def _mode() -> str:
+    m = os.environ.get("SOFTMAX_COURSE_TUNING", "recorded")
+    if m not in ("recorded", "autotune", "rule"):
+        raise ValueError(f"SOFTMAX_COURSE_TUNING={m!r}: use 'recorded' (the default), 'autotune' or 'rule'.")
+    return m
+
+
+# --------------------------------------------------------------------------------------------
+# Candidates and the rule
+# --------------------------------------------------------------------------------------------
+
+
+def tiled_candidates(block_n: int, element_size: int) -> list[tuple[int, int, int, int]]:
+    """(block_m, num_warps, num_stages, programs_per_sm) candidates for rows of ``block_n``: each
+    thread holds 32 to 256 bytes of the tile, a tile holds at most 64 KiB (or one row), and rows of
+    8192 columns or more also try persistent grids that prefetch the next row."""
+    out = []
+    for bm in (1, 2, 4, 8, 16, 32):
+        if bm > 1 and bm * block_n * element_size > 65536:
+            continue
+        for w in (1, 2, 4, 8, 16, 32):
+            per_thread_bytes = bm * block_n * element_size // (32 * w)
+            if bm * block_n >= 32 * w and 32 <= per_thread_bytes <= 256:
+                out.append((bm, w, 1, 0))
+    if block_n >= 8192:
+        for w in (8, 16, 32):
+            if 32 <= block_n * element_size // (32 * w) <= 256:
+                out += [(1, w, st, pps) for pps, st in ((2, 2), (2, 3), (4, 2))]
+    return out
+
+
+def tiled_rule(block_n: int, element_size: int) -> TiledConfig:
+    """What the recorded tables show, as a rule: each thread moves about 64 bytes of its rows, and
+    short rows are batched until a program has at least one warp's worth."""
+    per_thread = 64 // element_size  # elements
+    warps = block_n // (32 * per_thread)
+    if warps >= 1:
+        return TiledConfig(1, min(warps, 32), 1, 0)
+    return TiledConfig(max(1, (32 * per_thread) // block_n), 1, 1, 0)
+
+
+def coop_candidates() -> list[tuple[int, int]]:
+    return [(4096, 4), (4096, 8), (8192, 8), (8192, 16), (16384, 16), (16384, 32)]
+
+
+def coop_rule(n_rows: int) -> CoopConfig:
+    return CoopConfig(4096, 4) if n_rows >= 1024 else CoopConfig(8192, 8)
+
+
+# --------------------------------------------------------------------------------------------
+# Recorded tables and the disk cache
+# --------------------------------------------------------------------------------------------
+
+
+def recorded_path(gpu_name: str) -> Path:
+    return DATA_DIR / f"tuning_{gpu_slug(gpu_name)}.csv"
+
+
+def cache_path(gpu_name: str) -> Path:
+    root = os.environ.get("SOFTMAX_COURSE_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "softmax-course")
+    return Path(root) / f"tuning-{gpu_slug(gpu_name)}-triton{triton.__version__}.json"
+
+
+def best_of(rows: list[dict]) -> tuple[dict, dict]:
+    """From the rows of a tuning sweep, the fastest candidate of each class:
+    ({(element_size, block_n): TiledConfig}, {(dtype_name, M, N): CoopConfig})."""
+    tiled, coop = {}, {}
+    for r in rows:
+        if r.get("status", "ok") != "ok" or not isinstance(r.get("graph_ms"), (int, float)):
+            continue
+        if r["kind"] == "tiled":
+            k = (int(r["element_size"]), int(r["N"]))
+            if k not in tiled or r["graph_ms"] < tiled[k][0]:
+                tiled[k] = (r["graph_ms"], TiledConfig(int(r["block_m"]), int(r["num_warps"]), int(r["num_stages"]),
+                                                       int(r["programs_per_sm"]), "recorded"))
+        elif r["kind"] == "coop":
+            k = (r["dtype"], int(r["M"]), int(r["N"]))
+            if k not in coop or r["graph_ms"] < coop[k][0]:
+                coop[k] = (r["graph_ms"], CoopConfig(int(r["slice_cols"]), int(r["num_warps"]), "recorded"))
+    return {k: v[1] for k, v in tiled.items()}, {k: v[1] for k, v in coop.items()}
+
+
+_TABLES: dict = {}
+
+
+def tables(gpu_name: str) -> dict:
+    """{'tiled': {...}, 'coop': {...}} for a GPU: its recorded table (unless SOFTMAX_COURSE_TUNING is
+    'autotune'), then what earlier runs tuned and cached on disk."""
+    if gpu_name not in _TABLES:
+        tiled, coop = {}, {}
+        path = recorded_path(gpu_name)
+        if _mode() == "recorded" and path.exists():
+            from .gpu_data import read_csv
+
+            tiled, coop = best_of(read_csv(path)[0])
+        cached = cache_path(gpu_name)
+        if cached.exists():
+            try:
+                data = json.loads(cached.read_text())
+                for k, v in data.get("tiled", {}).items():
+                    es, bn = (int(p) for p in k.split(","))
+                    tiled.setdefault((es, bn), TiledConfig(*v[:4], "tuned"))
+                for k, v in data.get("coop", {}).items():
+                    d, M, N = k.split(",")
+                    coop.setdefault((d, int(M), int(N)), CoopConfig(*v[:2], "tuned"))
+            except (ValueError, TypeError, OSError):
+                pass  # a damaged cache is re-tuned, never trusted
+        _TABLES[gpu_name] = {"tiled": tiled, "coop": coop}
+    return _TABLES[gpu_name]
+
+
+def _save(gpu_name: str) -> None:
+    t = _TABLES[gpu_name]
+    data = {"gpu": gpu_name, "triton": triton.__version__,
+            "tiled": {f"{es},{bn}": list(c[:4]) for (es, bn), c in t["tiled"].items() if c.source == "tuned"},
+            "coop": {f"{d},{M},{N}": list(c[:2]) for (d, M, N), c in t["coop"].items() if c.source == "tuned"}}
+    path = cache_path(gpu_name)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+        tmp.replace(path)
+    except OSError:
+        pass  # a read-only home: the tuned value still serves this process
+
+
+# --------------------------------------------------------------------------------------------
+# Looking up (and, the first time on a new GPU, measuring) a configuration
+# --------------------------------------------------------------------------------------------
+
+
+def tiled_config(n_cols: int, dtype: torch.dtype) -> TiledConfig:
+    """The tiled kernel's configuration for rows of ``n_cols`` columns of ``dtype`` on this GPU."""
+    block_n = triton.next_power_of_2(max(n_cols, 1))
+    es = dtype.itemsize
+    if not ON_GPU or _mode() == "rule" or dtype == torch.float64:
+        return tiled_rule(block_n, es)
+    from .device import gpu_props
+
+    name = gpu_props()["name"]
+    t = tables(name)["tiled"]
+    if (es, block_n) not in t:
+        t[(es, block_n)] = autotune_tiled(block_n, dtype)[0]
+        _save(name)
+    return t[(es, block_n)]
+
+
+def coop_config(n_rows: int, n_cols: int, dtype: torch.dtype) -> CoopConfig:
+    """(columns per slice, warps) of the cooperative split kernel: the tuned long-row shape of this
+    dtype nearest to (n_rows, n_cols) on a log scale."""
+    if not ON_GPU or _mode() == "rule":
+        return coop_rule(n_rows)
+    from .device import gpu_props
+
+    name = gpu_props()["name"]
+    d = str(dtype).replace("torch.", "")
+    d = "bfloat16" if d == "float16" else d  # 16-bit inputs share a configuration
+    t = tables(name)["coop"]
+    if not any(k[0] == d for k in t):
+        for M, N in LONG_SHAPES:
+            t[(d, M, N)] = autotune_coop(M, N, dtype)[0]
+        _save(name)
+    dist = lambda k: abs(math.log2(k[1]) - math.log2(max(n_rows, 1))) + abs(math.log2(k[2]) - math.log2(max(n_cols, 1)))
+    return t[min((k for k in t if k[0] == d), key=dist)]
+
+
+def _gpu_ms(fn) -> float:
+    return float(triton.testing.do_bench_cudagraph(fn, rep=20, return_mode="median"))
+
+
+def autotune_tiled(block_n: int, dtype: torch.dtype, M: int = TUNE_ROWS) -> tuple[TiledConfig, list[dict]]:
+    """Time every candidate for rows of ``block_n`` columns (GPU time, an M x block_n input checked
+    against float64 first) and return (the fastest, the rows of the sweep)."""
+    from .kernels.persistent import softmax_tiled
+
+    es = dtype.itemsize
+    x = torch.randn(M, block_n, device="cuda", dtype=dtype)
+    ref = torch.softmax(x.double(), -1)
+    y = torch.empty_like(x)
+    copy_ms = _gpu_ms(lambda: y.copy_(x))
+    rows, best = [], None
+    d = str(dtype).replace("torch.", "")
+    for bm, w, st, pps in tiled_candidates(block_n, es):
+        row = dict(kind="tiled", dtype=d, element_size=es, M=M, N=block_n, block_m=bm, num_warps=w, num_stages=st,
+                   programs_per_sm=pps, slice_cols="", graph_ms="", graph_frac="", status="ok")
+        try:
+            t0 = time.perf_counter()
+            f = lambda: softmax_tiled(x, bm, w, st, pps)
+            err = (f().double() - ref).abs().max().item()
+            if not err <= 2e-2:
+                raise AssertionError(f"max abs error {err:.1e}")
+            ms = _gpu_ms(f)
+            row.update(graph_ms=round(ms, 6), graph_frac=round(copy_ms / ms, 4), seconds=round(time.perf_counter() - t0, 2))
+            if best is None or ms < best[0]:
+                best = (ms, TiledConfig(bm, w, st, pps, "tuned"))
+        except Exception as e:  # a candidate that fails (resources, compile) is reported, never chosen
+            row.update(status=f"failed: {type(e).__name__}: {str(e).splitlines()[0][:80]}".replace(",", ";"))
+        rows.append(row)
+    del x, y, ref
+    torch.cuda.empty_cache()
+    return (best[1] if best else tiled_rule(block_n, es)), rows
+
+
+def autotune_coop(M: int, N: int, dtype: torch.dtype) -> tuple[CoopConfig, list[dict]]:
+    """Time every (slice, warps) candidate of the cooperative kernel at one long-row shape."""
+    from .kernels.split import softmax_split_coop
+
+    x = torch.randn(M, N, device="cuda", dtype=dtype)
+    ref = torch.softmax(x.double(), -1)
+    y = torch.empty_like(x)
+    copy_ms = _gpu_ms(lambda: y.copy_(x))
+    rows, best = [], None
+    d = str(dtype).replace("torch.", "")
+    for sl, w in coop_candidates():
+        row = dict(kind="coop", dtype=d, element_size=dtype.itemsize, M=M, N=N, block_m="", num_warps=w, num_stages="",
+                   programs_per_sm="", slice_cols=sl, graph_ms="", graph_frac="", status="ok")
+        try:
+            f = lambda: softmax_split_coop(x, sl, w)
+            err = (f().double() - ref).abs().max().item()
+            if not err <= 2e-2:
+                raise AssertionError(f"max abs error {err:.1e}")
+            ms = _gpu_ms(f)
+            row.update(graph_ms=round(ms, 6), graph_frac=round(copy_ms / ms, 4))
+            if best is None or ms < best[0]:
+                best = (ms, CoopConfig(sl, w, "tuned"))
+        except Exception as e:
+            row.update(status=f"failed: {type(e).__name__}: {str(e).splitlines()[0][:80]}".replace(",", ";"))
+        rows.append(row)
+    del x, y, ref
+    torch.cuda.empty_cache()
+    return (best[1] if best else coop_rule(M)), rows
+
+
+def sweep(dtypes=(torch.float32, torch.bfloat16)) -> list[dict]:
+    """Every class, every candidate, on this GPU: the rows of ``figures/data/tuning_<gpu>.csv``."""
+    rows = []
+    for dtype in dtypes:
+        for bn in TILED_BLOCKS:
+            rows += autotune_tiled(bn, dtype)[1]
+        for M, N in LONG_SHAPES:
+            rows += autotune_coop(M, N, dtype)[1]
+    for r in rows:
+        r.pop("seconds", None)
+    return rows
+
+
+def write_recorded(rows: list[dict], gpu_name: str, meta: dict) -> Path:
+    from .gpu_data import write_csv
+
+    path = write_csv(recorded_path(gpu_name), rows, meta)
+    _TABLES.pop(gpu_name, None)
+    return path
