@@ -129,3 +129,146 @@ def call_attempt(fn, *args):
     if got is None:
         raise Wrong("your function returned None: is a `return` missing?")
     return got
+
+
+# --------------------------------------------------------------------------------------------
+# Running a learner's kernel safely
+# --------------------------------------------------------------------------------------------
+#
+# A kernel that forgets a mask reads or writes past its tensors. On the CPU, Triton's interpreter
+# would touch that memory for real: a few elements past the end corrupt a neighbour, far past it
+# the Python process dies with the learner's whole notebook. So the checkers launch learner kernels
+# with ``run_learner_kernel``:
+# - every buffer sits inside a larger allocation filled with a sentinel (guard regions), so a write
+#   just past the end lands in the guard and is seen;
+# - under the interpreter, every load and store is first checked against the memory of the tensors
+#   the kernel was given: an address outside them stops the kernel with ``OutOfBounds`` before it
+#   touches anything.
+# On a GPU the kernel is compiled, so only the guard regions apply: a write far outside any buffer
+# can still end the process there (restart the kernel; the notebook's text is kept).
+
+import contextlib  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+GUARD = 1024  # elements of guard region on each side of a buffer
+
+
+class OutOfBounds(Exception):
+    """A learner kernel addressed memory outside the tensors it was given."""
+
+
+def guarded(shape, dtype=torch.float32, device=None, fill=float("nan"), guard: int = GUARD) -> torch.Tensor:
+    """A tensor of ``shape`` filled with ``fill``, inside an allocation with ``guard`` sentinel
+    elements before and after it (``guards_intact`` checks them)."""
+    from .mode import DEVICE
+
+    n = int(np.prod(shape)) if len(shape) else 1
+    base = torch.empty(n + 2 * guard, dtype=dtype, device=device or DEVICE)
+    base.fill_(_sentinel(dtype))
+    t = base[guard:guard + n].view(shape)
+    t.fill_(fill)
+    return t
+
+
+def _sentinel(dtype) -> float:
+    return -1234.5 if dtype.is_floating_point else -12345
+
+
+def guards_intact(t: torch.Tensor, guard: int = GUARD) -> bool:
+    """True if nothing was written into the guard regions around a ``guarded`` tensor."""
+    base = torch.as_strided(t, (t.numel() + 2 * guard,), (1,), t.storage_offset() - guard)
+    s = _sentinel(t.dtype)
+    return bool((base[:guard] == s).all() and (base[guard + t.numel():] == s).all())
+
+
+@contextlib.contextmanager
+def bounds_checked(*tensors):
+    """Inside this block, interpreted kernels may only load from and store to the memory of
+    ``tensors`` (their whole allocations, guard regions included): anything else raises
+    ``OutOfBounds`` before the access happens. Does nothing on a GPU (kernels are compiled there)."""
+    from .mode import INTERPRETER
+
+    if not INTERPRETER:
+        yield
+        return
+    from triton.runtime import interpreter as itp
+
+    spans = []
+    for t in tensors:
+        st = t.untyped_storage()
+        spans.append((st.data_ptr(), st.data_ptr() + st.nbytes()))
+
+    def check(ptrs, mask, what):
+        addr = np.asarray(ptrs.data, dtype=np.uint64)
+        live = np.ones(addr.shape, dtype=bool) if mask is None else np.asarray(mask.data, dtype=bool)
+        live = np.broadcast_to(live, addr.shape)
+        if not live.any():
+            return
+        a = addr[live]
+        size = max(1, ptrs.get_element_ty().primitive_bitwidth // 8)
+        ok = np.zeros(a.shape, dtype=bool)
+        for lo, hi in spans:
+            ok |= (a >= lo) & (a + size <= hi)
+        if not ok.all():
+            raise OutOfBounds(f"{what} {int((~ok).sum())} element(s) outside the tensors the kernel was given")
+
+    B = itp.InterpreterBuilder
+    saved = {name: getattr(B, name) for name in ("create_masked_load", "create_masked_store", "create_atomic_rmw",
+                                                 "create_atomic_cas")}
+
+    def masked_load(self, ptrs, mask, other, cache_policy, is_volatile):
+        check(ptrs, mask, "a load reads")
+        return saved["create_masked_load"](self, ptrs, mask, other, cache_policy, is_volatile)
+
+    def masked_store(self, ptrs, value, mask, cache_policy):
+        check(ptrs, mask, "a store writes")
+        return saved["create_masked_store"](self, ptrs, value, mask, cache_policy)
+
+    def atomic_rmw(self, op, ptr, val, mask, sem, scope):
+        check(ptr, mask, "an atomic writes")
+        return saved["create_atomic_rmw"](self, op, ptr, val, mask, sem, scope)
+
+    def atomic_cas(self, ptr, cmp, val, sem, scope):
+        check(ptr, None, "an atomic writes")
+        return saved["create_atomic_cas"](self, ptr, cmp, val, sem, scope)
+
+    B.create_masked_load, B.create_masked_store = masked_load, masked_store
+    B.create_atomic_rmw, B.create_atomic_cas = atomic_rmw, atomic_cas
+    try:
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(B, name, fn)
+
+
+def _root_cause(e: BaseException) -> BaseException:
+    seen = 0
+    while seen < 8 and (e.__cause__ or e.__context__) is not None and not isinstance(e, OutOfBounds):
+        e = e.__cause__ or e.__context__
+        seen += 1
+    return e
+
+
+def run_learner_kernel(kernel, grid, *args, outputs=(), **kwargs) -> None:
+    """Launch a learner's kernel for a checker: ``kernel[grid](*args, **kwargs)`` with every tensor
+    argument bounds-checked (under the interpreter), then the guard regions of ``outputs`` (tensors
+    made by ``guarded``) checked. Raises ``Wrong`` with a hint for an out-of-bounds access, and
+    ``NotImplementedError`` for an untouched template; any other error of the learner's code is
+    re-raised for ``check`` to report."""
+    tensors = [a for a in list(args) + list(kwargs.values()) if isinstance(a, torch.Tensor)]
+    try:
+        with bounds_checked(*tensors):
+            kernel[grid](*args, **kwargs)
+    except Exception as e:
+        root = _root_cause(e)
+        if isinstance(root, OutOfBounds):
+            raise Wrong(f"your kernel went out of bounds: {root}. Does every tl.load and tl.store have "
+                        f"a mask for the lanes past the end of the row?") from None
+        if isinstance(root, NotImplementedError) or "NotImplementedError" in str(e):
+            raise NotImplementedError from e
+        raise
+    for i, t in enumerate(outputs):
+        if not guards_intact(t):
+            raise Wrong("your kernel wrote past the end of its output (into memory just outside it): "
+                        "does tl.store have mask=... for the padding lanes?")
