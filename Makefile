@@ -7,13 +7,14 @@ NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
 export PYTHONHASHSEED := 0
 export MPLBACKEND := Agg
 
-.PHONY: help venv test test-unit test-notebooks lab execute tidy figures bench lock clean
+.PHONY: help venv test test-unit test-notebooks lab execute tidy export figures bench tune lock clean
 
 help:
 	@echo "make venv       create .venv with the course's pinned packages (CPU build of torch)"
 	@echo "make lab        open JupyterLab on the course"
 	@echo "make test       helpers' tests + every notebook under strict nbval (CPU)"
 	@echo "make execute    re-execute all notebooks in place to refresh their stored outputs"
+	@echo "make export     regenerate helpers/kernels/*.py from the lessons' \`#| export:\` cells"
 	@echo "make figures    regenerate the PNG figures under figures/"
 	@echo "make bench      GPU benchmark sweep -> figures/data/bench.csv and figures/bench_*.png (needs a GPU)"
 	@echo "make html       the lessons as a static web site in _site/ (INSTRUCTOR=1 adds the instructor edition)"
@@ -48,6 +49,10 @@ execute: venv
 tidy: venv
 	$(BIN)/python tools/nbtidy.py $(NOTEBOOKS)
 
+# The kernel modules are the lessons' own cells (tools/export.py; tests/test_house.py fails when stale).
+export:
+	$(PYTHON) tools/export.py
+
 figures: venv
 	$(BIN)/python -m helpers.figures
 
@@ -56,6 +61,9 @@ figures: venv
 BENCH_PY ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
 bench:
 	$(BENCH_PY) -m helpers.bench sweep
+
+tune:
+	$(BENCH_PY) -m helpers.bench tune
 
 lock: venv
 	{ echo "# Exact versions for make venv/make test on a CPU machine: the stored notebook outputs come from these."; \

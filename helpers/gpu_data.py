@@ -11,7 +11,9 @@ from __future__ import annotations
 import csv
 import datetime as _dt
 import io
+import math
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -38,15 +40,21 @@ def _driver() -> str:
         return "unknown"
 
 
-def _commit() -> str:
+COURSE_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _commit(root: Path = COURSE_ROOT) -> str:
+    """The course's own commit: ``$SOFTMAX_COURSE_COMMIT`` if set (a copy sent to a GPU machine
+    without its .git), else ``git rev-parse`` when the course's folder is the top of its own git
+    checkout, else 'unknown' (a copy inside another repository must not name that one's commit)."""
     env = os.environ.get("SOFTMAX_COURSE_COMMIT")
     if env:
         return env
     try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,
-            cwd=Path(__file__).resolve().parent,
-        )
+        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True, timeout=10, cwd=root)
+        if top.returncode != 0 or Path(top.stdout.strip()).resolve() != root.resolve():
+            return "unknown"
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10, cwd=root)
         return out.stdout.strip() or "unknown"
     except Exception:
         return "unknown"
@@ -122,6 +130,49 @@ def read_csv(name_or_path) -> tuple[list[dict], dict]:
             body.append(line)
     rows = [{k: _convert(v) for k, v in r.items()} for r in csv.DictReader(io.StringIO("\n".join(body)))]
     return rows, meta
+
+
+#: The GPU whose recordings the lessons show (one GPU throughout, its peaks stated once): the
+#: README and PERFORMANCE.md also show the H200's.
+LESSON_GPU = "h100"
+
+
+def gpu_short_name(name: str | None = None) -> str:
+    """'NVIDIA H100 80GB HBM3' -> 'h100', 'NVIDIA H200' -> 'h200' (another GPU: its whole name,
+    lower-case, non-alphanumerics as '_'). Without a name, the active GPU's."""
+    if name is None:
+        name = torch.cuda.get_device_name() if ON_GPU else "cpu"
+    m = re.search(r"\b([A-Z]{1,2}\d{2,4})\b", name)
+    return m.group(1).lower() if m else re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
+
+
+def bench(gpu: str = LESSON_GPU) -> tuple[list[dict], dict]:
+    """The recorded `make bench` sweep of a GPU ('h100', 'h200'): (rows, provenance)."""
+    return read_csv(f"bench_{gpu}")
+
+
+def ok(row: dict, key: str = "graph_frac") -> bool:
+    """A measured row whose ``key`` is a finite number."""
+    v = row.get(key)
+    return str(row.get("status", "ok")).startswith("ok") and isinstance(v, (int, float)) and math.isfinite(v)
+
+
+def series(rows: list[dict], provider: str, dtype: str, key: str = "graph_gbps", M: int | None = None):
+    """(Ns, values) of one provider and dtype, sorted by N (rows where ``key`` was measured)."""
+    pts = sorted((r["N"], r[key]) for r in rows
+                 if r["provider"] == provider and r["dtype"] == dtype and ok(r, key) and (M is None or r["M"] == M))
+    return [p[0] for p in pts], [p[1] for p in pts]
+
+
+def device_props(live: bool | None = None) -> tuple[dict, dict]:
+    """(props, provenance): the GPU's limits, live on a GPU, else the recorded ``device_props.csv``."""
+    live = ON_GPU if live is None else live
+    if live:
+        from .device import gpu_props
+
+        return gpu_props(), provenance("helpers.gpu_props()")
+    rows, meta = read_csv("device_props")
+    return rows[0], meta
 
 
 def recorded_props() -> dict:

@@ -8,7 +8,7 @@ of a few microseconds is then *launch-bound*: the host, not the memory, sets its
 
 ``RowSoftmax`` decides all of that once per **key** and keeps a ready-to-launch entry::
 
-    key = (dtype, shape, strides, device, x.data_ptr() % 16 == 0, options)
+    key = (dtype, shape, strides, device index, is_cuda, is_cpu, x.data_ptr() % 16 == 0, options)
 
 A later call with the same key does a dictionary lookup, allocates the output and calls the
 compiled kernel's launcher directly with raw pointers. Why each cached thing is safe to cache:
@@ -108,8 +108,9 @@ def check_positive_int(fn_name: str, name: str, val, low: int = 1, allow_none: b
     if val is None and allow_none:
         return
     if isinstance(val, bool) or not isinstance(val, int) or val < low:
+        what = "a positive int" if low == 1 else f"an int >= {low}"
         extra = " (or None for the default)" if allow_none else ""
-        raise ValueError(f"{fn_name}: {name} must be an int >= {low}{extra}, got {val!r}.")
+        raise ValueError(f"{fn_name}: {name} must be {what}{extra}, got {val!r}.")
 
 
 # --------------------------------------------------------------------------------------------
@@ -358,7 +359,8 @@ class RowSoftmax:
 
     def __call__(self, x, *options):
         try:
-            key = (x.dtype, x.shape, x.stride(), x.get_device(), x.data_ptr() % 16 == 0, _option_key(options))
+            key = (x.dtype, x.shape, x.stride(), x.get_device(), x.is_cuda, x.is_cpu, x.data_ptr() % 16 == 0,
+                   _option_key(options))
             entry = self.cache[key]
         except (KeyError, AttributeError, TypeError):
             return self._resolve((x,), options)
@@ -380,7 +382,7 @@ class RowSoftmax:
     def _key(self, inputs, options):
         parts = []
         for t in inputs:
-            parts += [t.dtype, t.shape, t.stride(), t.get_device(), t.data_ptr() % 16 == 0]
+            parts += [t.dtype, t.shape, t.stride(), t.get_device(), t.is_cuda, t.is_cpu, t.data_ptr() % 16 == 0]
         return (*parts, _option_key(options))
 
     def _resolve(self, inputs, options):
@@ -434,8 +436,9 @@ class RowSoftmax2(RowSoftmax):
 
     def __call__(self, a, b, *options):
         try:
-            key = (a.dtype, a.shape, a.stride(), a.get_device(), a.data_ptr() % 16 == 0,
-                   b.dtype, b.shape, b.stride(), b.get_device(), b.data_ptr() % 16 == 0, _option_key(options))
+            key = (a.dtype, a.shape, a.stride(), a.get_device(), a.is_cuda, a.is_cpu, a.data_ptr() % 16 == 0,
+                   b.dtype, b.shape, b.stride(), b.get_device(), b.is_cuda, b.is_cpu, b.data_ptr() % 16 == 0,
+                   _option_key(options))
             entry = self.cache[key]
         except (KeyError, AttributeError, TypeError):
             return self._resolve((a, b), options)

@@ -14,51 +14,18 @@ import torch
 import triton
 
 from . import gpu_data, plots
-from .exercises import Wrong, check, fmt, call_attempt
-from .kernels import MAX_FUSED_COLS, num_warps_for, softmax_fused
+from .exercises import Wrong, call_attempt, check, fmt, guarded, run_learner_kernel
+from .gpu_data import ok as _ok, series as _series
+from .kernels import MAX_FUSED_COLS, num_warps_for, softmax_fused, softmax_fused_kernel
+from .launch import acc_dtype
+from .measure import DTYPES, eager_ms, gpu_ms, measure_shape, require_gpu
 from .mode import DEVICE, ON_GPU
-from .reference import error_report, reference_softmax
+from .plots import color as _color, label, n_label, set_n_axis
+from .reference import error_report, reference_softmax, round_up_err
 from .traffic import kernel_traffic, min_bytes
-
-#: How each provider is named in tables and legends (lessons 03-05).
-LABELS = {
-    "copy": "copy (the ceiling)",
-    "torch_naive": "naive PyTorch (01)",
-    "torch_softmax": "torch.softmax",
-    "torch_compile": "torch.compile(naive)",
-    "fused": "fused (03)",
-    "three_pass": "three-pass (04)",
-    "online": "online (04)",
-    "persistent": "persistent (05)",
-    "softmax": "helpers.softmax (05)",
-    "split": "split rows (06)",
-    "split_coop": "split, cooperative (06)",
-    "tiled": "tiled (05)",
-}
 
 #: Threads in a warp on NVIDIA GPUs (used for the per-thread tables).
 WARP_SIZE = 32
-
-
-def label(provider: str) -> str:
-    """The display name of a provider (its own name when unknown)."""
-    return LABELS.get(provider, provider)
-
-
-def _color(provider: str) -> str:
-    return plots.COLORS.get(provider, "#7f7f7f")
-
-
-def round_up_err(err: float) -> str:
-    """An error as the power of ten just above it ('< 1e-07'), or 'exact': stable across machines
-    whose last bits differ."""
-    if err != err:  # NaN
-        return "NaN"
-    if err == 0:
-        return "exact"
-    if math.isinf(err):
-        return "inf"
-    return f"< 1e{math.floor(math.log10(err)) + 1:+03d}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -246,39 +213,22 @@ BANDWIDTH_PROVIDERS = ("copy", "torch_naive", "torch_softmax", "fused")
 LIVE_NS = (256, 1024, 4096, 16384)
 
 
-def _need_gpu(what: str) -> None:
-    if not ON_GPU:
-        raise RuntimeError(f"{what} measures on a GPU, and this run has none: call it with live=False "
-                           f"for the recorded data.")
-
-
 def bandwidth_data(live: bool | None = None, M: int = 4096, ns=LIVE_NS) -> tuple[list[dict], dict]:
     """(rows, provenance) of the bandwidth comparison at M = 4096: live on a GPU (a few N, quick
     timings), else the recorded ``bench.csv``. Rows have dtype, M, N, provider, gbps, frac_of_copy."""
     live = ON_GPU if live is None else live
     if live:
-        _need_gpu("bandwidth_data(live=True)")
-        from . import bench
+        require_gpu("bandwidth_data(live=True)")
         from .reference import naive_softmax_rowwise
 
         provs = {"torch_naive": naive_softmax_rowwise, "torch_softmax": lambda x: torch.softmax(x, dim=-1),
                  "fused": softmax_fused}
         rows = []
         for n in ns:
-            rows += bench.measure_shape(M, n, torch.float32, provs, quick=True)
+            rows += measure_shape(M, n, torch.float32, provs, quick=True)
         return rows, gpu_data.provenance("helpers.lesson03.bandwidth_data()")
-    rows, meta = gpu_data.read_csv("bench")
+    rows, meta = gpu_data.bench()
     return [r for r in rows if r["M"] == M and r["provider"] in BANDWIDTH_PROVIDERS], meta
-
-
-def _ok(r) -> bool:
-    return r.get("status", "ok") == "ok" and isinstance(r.get("gbps"), (int, float)) and math.isfinite(r["gbps"])
-
-
-def _series(rows, provider, dtype, key="gbps", M=None):
-    pts = sorted((r["N"], r[key]) for r in rows
-                 if r["provider"] == provider and r["dtype"] == dtype and _ok(r) and (M is None or r["M"] == M))
-    return [p[0] for p in pts], [p[1] for p in pts]
 
 
 def print_bandwidth_table(rows: list[dict], dtype: str = "float32", providers=BANDWIDTH_PROVIDERS) -> None:
@@ -311,26 +261,6 @@ def speedup_summary(rows: list[dict], dtype: str = "float32") -> None:
         print(f"fused vs torch.softmax:  {min(vs_torch):.2f}x to {max(vs_torch):.2f}x the speed")
     if frac:
         print(f"fused, fraction of copy: {min(frac):.2f} to {max(frac):.2f}")
-
-
-def n_label(n: int) -> str:
-    """256, 1K, 12.4K, 1M: a column count for an axis."""
-    if n >= 2**20 and n % 2**20 == 0:
-        return f"{n // 2**20}M"
-    if n >= 1024:
-        return f"{n // 1024}K" if n % 1024 == 0 else f"{n / 1024:.1f}K"
-    return str(n)
-
-
-def set_n_axis(ax, ns, label_text: str = "N (columns per row)") -> None:
-    """A log2 x axis ticked at the given column counts."""
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(list(ns))
-    pow2 = [n for n in ns if n & (n - 1) == 0]
-    # label powers of two only when they are most of the ticks (12672 would crowd 16384)
-    ax.set_xticklabels([n_label(n) if (n in pow2 or len(pow2) < len(ns) / 2) else "" for n in ns])
-    ax.minorticks_off()
-    ax.set_xlabel(label_text)
 
 
 def plot_bandwidth(rows: list[dict] | None = None, dtype: str = "float32", meta: dict | None = None):
@@ -368,12 +298,48 @@ def limits_data(live: bool | None = None) -> tuple[list[dict], dict]:
     recorded ``fused_limits.csv``."""
     live = ON_GPU if live is None else live
     if live:
-        _need_gpu("limits_data(live=True)")
-        from . import bench
-
-        rows = bench.fused_limits_rows(dtypes=("float32",), total_bytes=2**26)
+        rows = limits_rows(dtypes=("float32",), total_bytes=2**26)
         return rows, gpu_data.provenance("helpers.lesson03.limits_data()")
     return gpu_data.read_csv("fused_limits")
+
+
+def limits_rows(dtypes=("float32", "bfloat16"), total_bytes: int = 2**28) -> list[dict]:
+    """Measure the fused kernel as rows grow at a fixed total size (GPU only): the compiled
+    registers, spills and shared memory, GPU time and eager time as fractions of copy, and where it
+    stops compiling. Launches the kernel itself, past ``MAX_FUSED_COLS`` too."""
+    require_gpu("limits_rows")
+    rows = []
+    for d in dtypes:
+        dtype = DTYPES[d]
+        es = dtype.itemsize
+        for k in range(8, 19):
+            N = 2**k
+            M = max(1, total_bytes // (N * es))
+            row = dict(dtype=d, M=M, N=N, block=N, num_warps=num_warps_for(N))
+            try:
+                x = torch.randn(M, N, device="cuda", dtype=dtype)
+                out = torch.empty_like(x)
+                args = (out, x, x.stride(0), x.stride(1), out.stride(0), N)
+                kw = dict(BLOCK_SIZE=N, ACC=acc_dtype(dtype), num_warps=row["num_warps"])
+                c = softmax_fused_kernel.warmup(*args, **kw, grid=(M,))
+                c._init_handles()
+                run = lambda: softmax_fused_kernel[(M,)](*args, **kw)
+                run()
+                err = (out.double() - torch.softmax(x.double(), -1)).abs().max().item()
+                y = torch.empty_like(x)
+                copy_g, copy_e = gpu_ms(lambda: y.copy_(x)), eager_ms(lambda: y.copy_(x))
+                g, e = gpu_ms(run), eager_ms(run)
+                row.update(n_regs=c.n_regs, n_spills=c.n_spills, shared=c.metadata.shared, status="ok",
+                           graph_ms=g, ms=e, graph_frac=copy_g / g, frac_of_copy=copy_e / e,
+                           graph_gbps=2 * M * N * es / g / 1e6, max_err=err)
+                del x, out, y
+            except Exception as ex:
+                msg = (str(ex).strip().splitlines() or [type(ex).__name__])[0][:100].replace(",", ";")
+                row.update(n_regs="", n_spills="", shared="", status=f"failed: {type(ex).__name__}: {msg}",
+                           graph_ms="", ms="", graph_frac="", frac_of_copy="", graph_gbps="", max_err="")
+            torch.cuda.empty_cache()
+            rows.append(row)
+    return rows
 
 
 def print_limits_table(rows: list[dict], dtype: str = "float32") -> None:

@@ -15,10 +15,12 @@ import torch
 
 from . import gpu_data, plots
 from .exercises import Wrong, check, fmt
-from .kernels import softmax_online, softmax_three_pass
-from .lesson03 import _need_gpu, _ok, _series, label, n_label, round_up_err, set_n_axis
+from .gpu_data import ok as _ok, series as _series
+from .kernels import softmax_fused, softmax_online, softmax_three_pass
+from .measure import DTYPES, measure_shape, require_gpu
 from .mode import DEVICE, ON_GPU
-from .reference import error_report
+from .plots import label, n_label, set_n_axis
+from .reference import error_report, round_up_err
 from .traffic import kernel_traffic
 
 NEG_INF = float("-inf")
@@ -261,11 +263,23 @@ def rows_grow_data(live: bool | None = None) -> tuple[list[dict], dict]:
     fixed total size. Live on a GPU (64 MiB per input), else the recorded ``rows_grow.csv``."""
     live = ON_GPU if live is None else live
     if live:
-        _need_gpu("rows_grow_data(live=True)")
-        from . import bench
-
-        return bench.rows_grow_rows(total_bytes=2**26), gpu_data.provenance("helpers.lesson04.rows_grow_data()")
+        return rows_grow_rows(total_bytes=2**26), gpu_data.provenance("helpers.lesson04.rows_grow_data()")
     return gpu_data.read_csv("rows_grow")
+
+
+def rows_grow_rows(dtype_name: str = "float32", total_bytes: int = 2**28) -> list[dict]:
+    """Measure torch.softmax, the fused kernel and the looped kernels as rows grow past what fits on
+    chip, at a fixed total size (GPU only; ``helpers.measure`` columns)."""
+    require_gpu("rows_grow_rows")
+    dtype = DTYPES[dtype_name]
+    provs = {"torch_softmax": lambda x: torch.softmax(x, dim=-1), "fused": softmax_fused,
+             "three_pass": softmax_three_pass, "online": softmax_online}
+    rows = []
+    for k in range(10, 21):
+        N = 2**k
+        M = max(1, total_bytes // (N * dtype.itemsize))
+        rows += measure_shape(M, N, dtype, provs, quick=True, host=False)
+    return rows
 
 
 def print_rows_grow_table(rows: list[dict], dtype: str = "float32") -> None:

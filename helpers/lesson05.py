@@ -14,11 +14,15 @@ import torch
 import triton
 
 from . import gpu_data, plots
-from .exercises import Wrong, check, call_attempt
-from .kernels import occupancy, softmax_persistent
-from .lesson03 import _need_gpu, _ok, label, round_up_err, set_n_axis
+from .device import api_occupancy, compiled_occupancy, gpu_props, occupancy
+from .exercises import Wrong, call_attempt, check
+from .gpu_data import device_props, ok as _ok, series as _series
+from .kernels import persistent_plan, softmax_persistent, softmax_persistent_kernel
+from .launch import Rows, acc_dtype
+from .measure import DTYPES, eager_ms, gpu_ms, host_us, require_gpu
 from .mode import DEVICE, ON_GPU
-from .reference import error_report
+from .plots import label, set_n_axis
+from .reference import error_report, round_up_err
 
 LIMIT_NAMES = ("registers", "shared memory", "threads", "blocks")
 
@@ -60,19 +64,6 @@ def check_program_counts(M: int = 10, N: int = 50, counts=(1, 2, 3, 4, 10, 16), 
 # --------------------------------------------------------------------------------------------
 # Device limits and occupancy
 # --------------------------------------------------------------------------------------------
-
-
-def device_props(live: bool | None = None) -> tuple[dict, dict]:
-    """(props, provenance): the GPU's limits that occupancy needs. Live on a GPU, else the recorded
-    ``device_props.csv``."""
-    live = ON_GPU if live is None else live
-    if live:
-        _need_gpu("device_props(live=True)")
-        from .kernels import gpu_props
-
-        return gpu_props(), gpu_data.provenance("helpers.gpu_props()")
-    rows, meta = gpu_data.read_csv("device_props")
-    return rows[0], meta
 
 
 def print_device_props(props: dict) -> None:
@@ -121,20 +112,18 @@ OCCUPANCY_PICKS = [
 def occupancy_data(live: bool | None = None, picks=OCCUPANCY_PICKS) -> tuple[list[dict], dict]:
     """(rows, provenance) of compiled-kernel facts for a few configurations of the persistent kernel:
     n_regs, n_spills, shared bytes (and the recorded programs_per_sm / limited_by). Live on a GPU
-    (``persistent_launch_info`` compiles each one), else rows of ``persistent_tuning.csv``."""
+    (``persistent_plan`` compiles each one), else rows of ``persistent_tuning.csv``."""
     live = ON_GPU if live is None else live
     if live:
-        _need_gpu("occupancy_data(live=True)")
-        from .kernels import persistent_launch_info
-
+        require_gpu("occupancy_data(live=True)")
         rows = []
         for M, N, w, s in picks:
             x = torch.empty(M, N, device="cuda")
-            info = persistent_launch_info(x, torch.empty_like(x), triton.next_power_of_2(N), w, s)
+            info = persistent_plan(Rows.of(x), None, w, s).info
             rows.append(dict(dtype="float32", M=M, N=N, num_warps=w, num_stages=s, n_regs=info["n_regs"],
                              n_spills=info["n_spills"], shared=info["shared"],
                              programs_per_sm=info["programs_per_sm"], limited_by=info["limited_by"]))
-        return rows, gpu_data.provenance("helpers.kernels.persistent_launch_info(...)")
+        return rows, gpu_data.provenance("helpers.kernels.persistent_plan(...)")
     rows, meta = gpu_data.read_csv("persistent_tuning")
     by = {(r["M"], r["N"], r["num_warps"], r["num_stages"]): r for r in rows if r["status"] == "ok"}
     return [by[p] for p in picks if p in by], meta
@@ -193,11 +182,31 @@ def programs_data(live: bool | None = None) -> tuple[list[dict], dict]:
     (M = 65536, N = 1024, float32). Live on a GPU, else ``persistent_programs.csv``."""
     live = ON_GPU if live is None else live
     if live:
-        _need_gpu("programs_data(live=True)")
-        from . import bench
-
-        return bench.programs_rows(), gpu_data.provenance("helpers.lesson05.programs_data()")
+        return programs_rows(), gpu_data.provenance("helpers.lesson05.programs_data()")
     return gpu_data.read_csv("persistent_programs")
+
+
+def programs_rows(N: int = 1024, M: int = 65536, dtype_name: str = "float32") -> list[dict]:
+    """Measure the persistent kernel against its number of programs (GPU only): GPU time and eager
+    time as fractions of copy, from a quarter of a program per SM to one program per row."""
+    require_gpu("programs_rows")
+    dtype = DTYPES[dtype_name]
+    sms = gpu_props()["sm_count"]
+    x = torch.randn(M, N, device="cuda", dtype=dtype)
+    y = torch.empty_like(x)
+    nbytes = 2 * x.numel() * x.element_size()
+    copy_g, copy_e = gpu_ms(lambda: y.copy_(x)), eager_ms(lambda: y.copy_(x))
+    occ = persistent_plan(Rows.of(x)).info["programs"]
+    counts = sorted({max(1, int(sms * f)) for f in (0.25, 0.5, 0.75, 1, 1.5, 2, 3, 4, 6, 8, 12, 16, 24, 32)}
+                    | {sms - 1, sms + 1, 2 * sms + 1, occ, M})
+    rows = []
+    for p in counts:
+        f = lambda: softmax_persistent(x, p)
+        g, e = gpu_ms(f), eager_ms(f)
+        rows.append(dict(dtype=dtype_name, M=M, N=N, num_programs=p, programs_per_sm=round(p / sms, 3),
+                         occupancy_programs=occ, graph_ms=g, ms=e, graph_gbps=nbytes / g / 1e6,
+                         graph_frac=copy_g / g, frac_of_copy=copy_e / e))
+    return rows
 
 
 def print_bytes_in_flight(gbps: float, sm_count: int, row_bytes: int, latency_ns: float = 500.0) -> float:
@@ -282,12 +291,126 @@ def tuning_data(live: bool | None = None) -> tuple[list[dict], dict]:
     ``persistent_tuning.csv`` (three shapes)."""
     live = ON_GPU if live is None else live
     if live:
-        _need_gpu("tuning_data(live=True)")
-        from . import bench
-
-        return (bench.persistent_tuning_rows(shapes=TUNING_LIVE_SHAPES),
-                gpu_data.provenance("helpers.lesson05.tuning_data()"))
+        return tuning_rows(shapes=TUNING_LIVE_SHAPES), gpu_data.provenance("helpers.lesson05.tuning_data()")
     return gpu_data.read_csv("persistent_tuning")
+
+
+def tuning_rows(shapes=((16384, 1024), (4096, 4096), (4096, 16384)), dtype_name: str = "float32") -> list[dict]:
+    """Measure the persistent kernel over num_warps x num_stages (GPU only): registers, spills,
+    shared memory, occupancy (the course's formula and the CUDA driver's), GPU and eager time."""
+    require_gpu("tuning_rows")
+    dtype = DTYPES[dtype_name]
+    rows = []
+    for M, N in shapes:
+        x = torch.randn(M, N, device="cuda", dtype=dtype)
+        y = torch.empty_like(x)
+        ref = torch.softmax(x.double(), -1)
+        copy_g, copy_e = gpu_ms(lambda: y.copy_(x)), eager_ms(lambda: y.copy_(x))
+        for w in (1, 2, 4, 8, 16, 32):
+            for s in (1, 2, 3, 4):
+                row = dict(dtype=dtype_name, M=M, N=N, num_warps=w, num_stages=s)
+                try:
+                    info = persistent_plan(Rows.of(x), None, w, s).info
+                    f = lambda: softmax_persistent(x, None, w, s)
+                    err = (f().double() - ref).abs().max().item()
+                    if not err < 1e-5:
+                        raise AssertionError(f"max abs error {err:.1e}")
+                    g, e = gpu_ms(f), eager_ms(f)
+                    row.update(n_regs=info["n_regs"], n_spills=info["n_spills"], shared=info["shared"],
+                               programs_per_sm=info["programs_per_sm"], api_programs_per_sm=info["api_programs_per_sm"],
+                               limited_by=info["limited_by"], programs=info["programs"], graph_ms=g, ms=e,
+                               graph_frac=copy_g / g, frac_of_copy=copy_e / e, status="ok")
+                except Exception as ex:
+                    msg = (str(ex).strip().splitlines() or [type(ex).__name__])[0][:100].replace(",", ";")
+                    row.update(n_regs="", n_spills="", shared="", programs_per_sm="", api_programs_per_sm="",
+                               limited_by="", programs="", graph_ms="", ms="", graph_frac="", frac_of_copy="",
+                               status=f"failed: {type(ex).__name__}: {msg}")
+                rows.append(row)
+        del x, y, ref
+        torch.cuda.empty_cache()
+    return rows
+
+
+def device_props_rows() -> list[dict]:
+    """The GPU's limits (``helpers.gpu_props``) and the copy's bandwidth on a 1 GiB tensor, GPU time
+    and eager time (GPU only)."""
+    require_gpu("device_props_rows")
+    props = gpu_props()
+    x = torch.randn(2**28, device="cuda")
+    y = torch.empty_like(x)
+    g, e = gpu_ms(lambda: y.copy_(x)), eager_ms(lambda: y.copy_(x))
+    p = torch.cuda.get_device_properties(torch.cuda.current_device())
+    peak = 2 * p.memory_clock_rate * 1e3 * p.memory_bus_width / 8 / 1e9 if getattr(p, "memory_clock_rate", 0) else ""
+    return [{**props, "copy_gbps_1GiB": round(2 * x.numel() * 4 / e / 1e6, 1),
+             "copy_graph_gbps_1GiB": round(2 * x.numel() * 4 / g / 1e6, 1),
+             "dram_peak_gbps": round(peak, 1) if peak else ""}]
+
+
+#: (N, num_warps, num_stages) of the persistent kernel whose occupancy is checked against the driver.
+OCCUPANCY_CHECKS = [(1024, 1, 4), (1024, 4, 2), (2048, 2, 3), (4096, 1, 3), (4096, 8, 2), (16384, 16, 1),
+                    (256, 1, 1), (1024, 8, 4), (8192, 4, 2), (32768, 32, 1)]
+
+
+def occupancy_check_rows(checks=OCCUPANCY_CHECKS) -> list[dict]:
+    """The course's occupancy arithmetic against the CUDA driver's
+    ``cuOccupancyMaxActiveBlocksPerMultiprocessor`` for compiled persistent kernels (GPU only)."""
+    require_gpu("occupancy_check_rows")
+    props = gpu_props()
+    rows = []
+    for N, w, s in checks:
+        c = softmax_persistent_kernel.warmup(torch.float32, torch.float32, N, 1, N, 4096, N, BLOCK_SIZE=N,
+                                             ACC=acc_dtype(torch.float32), NUM_STAGES=s, num_warps=w, grid=(1,))
+        c._init_handles()
+        occ = occupancy(c.n_regs, c.metadata.shared, w, props)
+        no_reserve = occupancy(c.n_regs, c.metadata.shared, w, {**props, "reserved_shared_per_block": 0})
+        rows.append(dict(N=N, num_warps=w, num_stages=s, n_regs=c.n_regs, shared=c.metadata.shared,
+                         reserved_shared=props["reserved_shared_per_block"], course=occ["programs_per_sm"],
+                         limited_by=occ["limited_by"], without_reserved=no_reserve["programs_per_sm"],
+                         cuda_api=api_occupancy(c, w)))
+    return rows
+
+
+def launch_cost_rows(M: int = 4096, N: int = 256) -> list[dict]:
+    """Host µs per call of each way to launch one compiled kernel (the fused kernel on an M x N fp32
+    tensor), of every wrapper of the course and of torch.softmax, with each one's GPU time (GPU only)."""
+    require_gpu("launch_cost_rows")
+    from . import kernels as K
+    from .launch import _raw_stream
+    from .peers import liger_softmax, tutorial_softmax
+
+    x = torch.randn(M, N, device="cuda")
+    o = torch.empty_like(x)
+    kw = dict(BLOCK_SIZE=triton.next_power_of_2(N), ACC=acc_dtype(x.dtype), num_warps=4)
+    args = (o, x, x.stride(0), x.stride(1), o.stride(0), N)
+    c = K.softmax_fused_kernel.warmup(*args, grid=(M,), **kw)
+    c._init_handles()
+    run, dev = c.run, torch.cuda.current_device()
+    rest = (x.stride(0), x.stride(1), o.stride(0), N, kw["BLOCK_SIZE"], None)
+    ways = {
+        "torch.empty_like(x)": ("allocation", lambda: torch.empty_like(x)),
+        "kernel[grid](...) (Triton's JIT)": ("launch", lambda: K.softmax_fused_kernel[(M,)](*args, **kw)),
+        "compiled[grid](...)": ("launch", lambda: c[(M, 1, 1)](*args[:2], *rest)),
+        "compiled.run(..., tensors)": ("launch", lambda: run(M, 1, 1, _raw_stream(dev), c.function, c.packed_metadata,
+                                                            None, None, None, o, x, *rest)),
+        "launcher, raw pointers": ("launch", lambda: run.launch(M, 1, 1, _raw_stream(dev), c.function,
+                                                               run.launch_cooperative_grid, run.launch_pdl, None, None,
+                                                               c.packed_metadata, None, None, None, o.data_ptr(),
+                                                               x.data_ptr(), *rest)),
+    }
+    wrappers = {"torch.softmax": lambda t: torch.softmax(t, -1), "Triton tutorial": tutorial_softmax}
+    if liger_softmax is not None:
+        wrappers["Liger-Kernel"] = liger_softmax
+    wrappers.update({"helpers.softmax": K.softmax, "helpers.softmax_fused": K.softmax_fused,
+                     "helpers.softmax_online": K.softmax_online, "helpers.softmax_persistent": K.softmax_persistent,
+                     "helpers.softmax_tiled": K.softmax_tiled, "helpers.softmax_split": K.softmax_split,
+                     "helpers.softmax_split_coop": K.softmax_split_coop})
+    rows = []
+    for name, (kind, f) in ways.items():
+        rows.append(dict(case=name, kind=kind, M=M, N=N, host_us=host_us(f, loops=5), graph_us=""))
+    for name, fn in wrappers.items():
+        f = lambda fn=fn: fn(x)
+        rows.append(dict(case=name, kind="wrapper", M=M, N=N, host_us=host_us(f, loops=5), graph_us=gpu_ms(f) * 1e3))
+    return rows
 
 
 def _shapes(rows):
@@ -391,15 +514,15 @@ def final_data(live: bool | None = None) -> tuple[list[dict], dict]:
     shapes), float32 and bfloat16. Live on a GPU (three N), else the recorded ``bench.csv``."""
     live = ON_GPU if live is None else live
     if live:
-        _need_gpu("final_data(live=True)")
-        from . import bench
+        require_gpu("final_data(live=True)")
+        from .measure import measure_shape, providers
 
         rows = []
         for d in ("float32", "bfloat16"):
             for n in FINAL_LIVE_NS:
-                rows += bench.measure_shape(4096, n, bench.DTYPES[d], bench.providers(), quick=True)
+                rows += measure_shape(4096, n, DTYPES[d], providers(), quick=True)
         return rows, gpu_data.provenance("helpers.lesson05.final_data()")
-    return gpu_data.read_csv("bench")
+    return gpu_data.bench()
 
 
 def _providers(rows) -> list[str]:
@@ -453,8 +576,6 @@ def plot_final(rows: list[dict] | None = None, meta: dict | None = None, M: int 
     dtypes = [d for d in ("float32", "bfloat16") if any(r["dtype"] == d for r in rows)]
     fig, axes = plots.new_figure(12.0, 5.0, ncols=len(dtypes))
     axes = list(axes) if len(dtypes) > 1 else [axes]
-    from .lesson03 import _series
-
     for ax, d in zip(axes, dtypes):
         rs = [r for r in rows if r["dtype"] == d and r["M"] == M]
         ns, gb = _series(rs, "copy", d)
@@ -484,7 +605,7 @@ def plot_final(rows: list[dict] | None = None, meta: dict | None = None, M: int 
 
 def print_tiled_configs(ns=(256, 1024, 4096, 16384, 32768), dtypes=(torch.float32, torch.bfloat16)) -> None:
     """The configuration ``tiled_config`` picks for each row length: rows per tile and warps."""
-    from .kernels import tiled_config
+    from .tuning import tiled_config
 
     print(f"{'dtype':<9} {'N':>6} {'rows per tile':>13} {'num_warps':>9} {'tile elements':>13}")
     for dt in dtypes:

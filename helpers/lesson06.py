@@ -17,12 +17,12 @@ import torch
 import triton
 
 from . import gpu_data, plots
-from .exercises import Wrong, check, fmt, call_attempt
-from .kernels import softmax_split, softmax_split_stats_kernel, split_plan
-from .lesson03 import _need_gpu, round_up_err
-from .lesson05 import device_props  # noqa: F401  (the notebook calls lesson06.device_props)
+from .exercises import Wrong, call_attempt, check, fmt
+from .gpu_data import device_props  # noqa: F401  (the notebook calls lesson06.device_props)
+from .kernels import softmax_online, softmax_split, softmax_split_coop, softmax_split_stats_kernel, split_plan
+from .measure import measure_shape, require_gpu
 from .mode import DEVICE, ON_GPU
-from .reference import error_report
+from .reference import error_report, round_up_err
 
 #: The long-row shapes of the course's benchmark: language-model vocabularies and beyond.
 LONG_SHAPES = [(1024, 65536), (256, 131072), (64, 262144), (8, 1048576)]
@@ -512,16 +512,15 @@ def bench_data(live: bool | None = None, shapes=LIVE_SHAPES, dtypes=("float32", 
     ``LONG_SHAPES``). Providers a recording lacks are simply absent."""
     live = ON_GPU if live is None else live
     if live:
-        _need_gpu("bench_data(live=True)")
-        from . import bench
+        from .measure import DTYPES, providers
 
-        provs = {k: v for k, v in bench.providers().items() if k in PROVIDERS}
+        provs = {k: v for k, v in providers().items() if k in PROVIDERS}
         rows = []
         for d in dtypes:
             for M, N in shapes:
-                rows += bench.measure_shape(M, N, bench.DTYPES[d], provs, quick=True)
+                rows += measure_shape(M, N, DTYPES[d], provs, quick=True)
         return rows, gpu_data.provenance("helpers.lesson06.bench_data()")
-    rows, meta = gpu_data.read_csv("bench")
+    rows, meta = gpu_data.bench()
     long = {tuple(s) for s in LONG_SHAPES}
     return [r for r in rows if (r["M"], r["N"]) in long], meta
 
@@ -641,20 +640,16 @@ def plot_bench(rows: list[dict] | None = None, meta: dict | None = None, target:
     return fig
 
 
-def variants_data(live: bool | None = None) -> tuple[list[dict], dict]:
+def variants_data(live: bool = False) -> tuple[list[dict], dict]:
     """(rows, provenance) of the split designs' configurations (dtype, M, N, variant, ms, gbps,
     frac_of_copy, status): 'split tT bB' is the two-launch kernel aiming at T programs per SM with
     blocks of B, 'coop sS wW' the cooperative one with slices of S columns and W warps, plus
     'online' and 'torch_softmax'. Live on a GPU (two smaller shapes, one larger than L2 and one
     smaller, float32), else the recorded
     ``split_variants.csv``."""
-    live = ON_GPU if live is None else live
     if live:
-        _need_gpu("variants_data(live=True)")
-        from . import bench
-
-        rows = bench.split_variants_rows(shapes=[LIVE_SHAPES[0], LIVE_SHAPES[-1]], dtypes=("float32",))
-        return rows, gpu_data.provenance("helpers.lesson06.variants_data()")
+        raise ValueError("variants_data: the design-space sweep is recorded (figures/data/split_variants.csv); "
+                         "it is not measured live (it takes minutes).")
     return gpu_data.read_csv("split_variants")
 
 
@@ -955,3 +950,21 @@ def _trial_6_3(two_launch_dram_bytes) -> str:
 def check_6_3(two_launch_dram_bytes) -> None:
     """Exercise 6.3: ``two_launch_dram_bytes(M, N, element_size, l2_bytes)``."""
     check("6.3", "DRAM traffic of the two launches", two_launch_dram_bytes, _trial_6_3)
+
+
+#: The two-launch design against the cooperative one as the tensor grows past L2: float32 rows of
+#: 65536 columns, 8 MiB to 256 MiB.
+L2_SHAPES = [(32, 65536), (64, 65536), (128, 65536), (256, 65536), (512, 65536), (1024, 65536)]
+
+
+def l2_rows(shapes=L2_SHAPES, dtype_name: str = "float32") -> list[dict]:
+    """Measure copy, the online kernel and both split designs at sizes below and above the L2 cache
+    (GPU only; ``helpers.measure`` columns)."""
+    from .measure import DTYPES
+
+    require_gpu("l2_rows")
+    provs = {"online": softmax_online, "split": softmax_split, "split_coop": softmax_split_coop}
+    rows = []
+    for M, N in shapes:
+        rows += measure_shape(M, N, DTYPES[dtype_name], provs, host=False)
+    return rows

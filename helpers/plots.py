@@ -32,7 +32,58 @@ COLORS = {
     "split": "#e377c2",
     "split_coop": "#8c564b",
     "tiled": "#7f7f7f",
+    "triton_tutorial": "#e377c2",
+    "liger": "#bcbd22",
 }
+
+#: How each provider is named in tables and legends, the same in every lesson.
+LABELS = {
+    "copy": "copy (the ceiling)",
+    "torch_naive": "naive PyTorch (01)",
+    "torch_softmax": "torch.softmax",
+    "torch_compile": "torch.compile(naive)",
+    "triton_tutorial": "Triton tutorial",
+    "liger": "Liger-Kernel",
+    "fused": "fused (03)",
+    "three_pass": "three-pass (04)",
+    "online": "online (04)",
+    "persistent": "persistent (05)",
+    "tiled": "tiled (05)",
+    "softmax": "helpers.softmax",
+    "split": "split, two launches (06)",
+    "split_coop": "split, cooperative (06)",
+}
+
+
+def label(provider: str) -> str:
+    """The display name of a provider (its own name when unknown)."""
+    return LABELS.get(provider, provider)
+
+
+def color(provider: str) -> str:
+    """The provider's color, the same in every figure (grey when unknown)."""
+    return COLORS.get(provider, "#7f7f7f")
+
+
+def n_label(n: int) -> str:
+    """256, 1K, 12.4K, 1M: a column count for an axis."""
+    if n >= 2**20 and n % 2**20 == 0:
+        return f"{n // 2**20}M"
+    if n >= 1024:
+        return f"{n // 1024}K" if n % 1024 == 0 else f"{n / 1024:.1f}K"
+    return str(n)
+
+
+def set_n_axis(ax, ns, label_text: str = "N (columns per row)") -> None:
+    """A log2 x axis ticked at the given column counts."""
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(list(ns))
+    pow2 = [n for n in ns if n & (n - 1) == 0]
+    # label powers of two only when they are most of the ticks (12672 would crowd 16384)
+    ax.set_xticklabels([n_label(n) if (n in pow2 or len(pow2) < len(ns) / 2) else "" for n in ns])
+    ax.minorticks_off()
+    ax.set_xlabel(label_text)
+
 
 STYLE = {
     "figure.dpi": 100,

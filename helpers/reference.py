@@ -3,6 +3,7 @@ that every kernel in the course is checked against."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -113,3 +114,15 @@ def assert_matches_reference(out: torch.Tensor, x: torch.Tensor) -> None:
     ref = reference_softmax(x)
     tol = TOLERANCES[out.dtype]
     torch.testing.assert_close(out.detach().cpu().to(torch.float64), ref, equal_nan=True, **tol)
+
+
+def round_up_err(err: float) -> str:
+    """An error as the power of ten just above it ('< 1e-07'), or 'exact': stable across machines
+    whose last bits differ."""
+    if err != err:  # NaN
+        return "NaN"
+    if err == 0:
+        return "exact"
+    if math.isinf(err):
+        return "inf"
+    return f"< 1e{math.floor(math.log10(err)) + 1:+03d}"

@@ -20,12 +20,13 @@ def test_bench_without_a_gpu_says_so(what):
 
 
 def test_bench_summary_compares_softmax_with_the_best_peer():
+    """GPU time and eager time are compared separately: the best peer of each may differ."""
     from helpers.bench import summary
 
-    rows = [
-        dict(dtype="float32", M=4, N=8, provider="torch_softmax", frac_of_copy=0.5),
-        dict(dtype="float32", M=4, N=8, provider="torch_compile", frac_of_copy=0.75),
-        dict(dtype="float32", M=4, N=8, provider="softmax", frac_of_copy=0.9),
-    ]
-    line = summary(rows).splitlines()[1].split()
-    assert line[-1] == "torch_compile" and float(line[-2]) == 0.75 and float(line[-3]) == 0.9
+    row = lambda p, g, e: dict(dtype="float32", M=4, N=8, provider=p, graph_frac=g, frac_of_copy=e, host_us=7.0,
+                               status="ok")
+    rows = [row("torch_softmax", 0.5, 0.8), row("torch_compile", 0.75, 0.6), row("liger", 0.7, 0.5),
+            row("softmax", 0.9, 0.95), dict(row("triton_tutorial", 0.99, 0.99), status="failed: x")]
+    line = summary(rows).splitlines()[1]
+    assert "0.900 0.950" in line
+    assert "0.750 (torch_compile)" in line and "0.800 (torch_softmax)" in line  # a failed peer never counts

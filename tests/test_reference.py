@@ -294,7 +294,7 @@ def test_show_source_of_a_triton_kernel():
     assert "def softmax_fused_kernel(" in text
     assert text == inspect.getsource(K.softmax_fused_kernel.fn)
     md = shown._repr_markdown_()
-    assert md.startswith("**`helpers.kernels.softmax_fused_kernel`**") and "```python\n" in md
+    assert md.startswith("**`helpers.kernels.fused.softmax_fused_kernel`**") and "```python\n" in md
     assert md.rstrip().endswith("```")
 
 

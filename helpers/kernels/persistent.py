@@ -8,7 +8,7 @@ from helpers.device import compiled_occupancy, sm_count
 from helpers.launch import (INTERPRETER_PROGRAMS, Launch, Plan, RowSoftmax, acc_dtype, check_fused_len,
                             check_positive_int, num_warps_for)
 from helpers.mode import ON_GPU
-from helpers.tuning import tiled_config
+from helpers.tuning import TiledConfig, tiled_config
 
 
 @triton.jit
@@ -106,7 +106,8 @@ def tiled_plan(rows, block_m=None, num_warps=None, num_stages=None, programs_per
     if block_m is not None and block_m & (block_m - 1):
         raise ValueError(f"softmax_tiled: block_m must be a power of two (Triton's tl.arange needs one), got {block_m}.")
     check_fused_len(rows.n_cols, "softmax_tiled")
-    cfg = tiled_config(rows.n_cols, rows.dtype)
+    given = (block_m, num_warps, num_stages, programs_per_sm)
+    cfg = tiled_config(rows.n_cols, rows.dtype) if None in given else TiledConfig(*given)  # (the tuner gives all four)
     bm = cfg.block_m if block_m is None else block_m
     pps = cfg.programs_per_sm if programs_per_sm is None else programs_per_sm
     n_tiles = triton.cdiv(rows.n_rows, bm)

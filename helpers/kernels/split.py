@@ -203,9 +203,10 @@ def coop_plan(rows, slice_cols=None, num_warps=None):
         return Plan(delegate=softmax_split)
     if rows.dtype == torch.float64:
         return Plan(delegate=softmax_online)
-    cfg = coop_config(rows.n_rows, rows.n_cols, rows.dtype)
-    slice_cols = min(slice_cols or cfg.slice_cols, triton.next_power_of_2(max(rows.n_cols, 1)))
-    num_warps = num_warps or cfg.num_warps
+    if slice_cols is None or num_warps is None:  # the configuration tuned for this GPU (the tuner gives both)
+        cfg = coop_config(rows.n_rows, rows.n_cols, rows.dtype)
+        slice_cols, num_warps = slice_cols or cfg.slice_cols, num_warps or cfg.num_warps
+    slice_cols = min(slice_cols, triton.next_power_of_2(max(rows.n_cols, 1)))
     n_slices = triton.cdiv(rows.n_cols, slice_cols)
     args = (rows.in_row_stride, rows.in_col_stride, rows.out_row_stride, rows.n_rows, rows.n_cols, n_slices, 1)
     constexprs = dict(SLICE=slice_cols, SLICES_P2=triton.next_power_of_2(n_slices), MAX_SPIN=MAX_SPIN)

@@ -1,4 +1,8 @@
-"""One GPU call's worth of measurements that decide the launch path and the configurations.
+"""The probe that measured the launch path *before* the lean launch (issue #11), and chose it.
+
+It runs against the course at commit 7d54e11 (`git worktree add /tmp/before 7d54e11`, copy this file
+there): `helpers.softmax` and `helpers.softmax_fused` are that commit's wrappers. Its host-time
+part is recorded in figures/data/probes/launch_probe_h100_7d54e11.csv (H100, 2026-11-22).
 
     python tools/probe_gpu.py OUT_DIR [--parts host,graph,occupancy,tiles,coop]
 

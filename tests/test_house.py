@@ -1,0 +1,127 @@
+"""The course's house rules, checked: kernels are the lessons' own cells (exported, never edited by
+hand), lessons are siblings (no lesson module imports another), one module per kernel family."""
+
+import ast
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+import export  # noqa: E402
+
+KERNEL_LESSONS = sorted(p for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb") if int(p.name[:2]) >= 3)
+
+
+def test_generated_kernel_modules_match_the_notebooks():
+    assert export.problems() == []
+
+
+def test_every_kernel_lesson_exports_its_kernels():
+    for nb in KERNEL_LESSONS:
+        cells = export.export_cells(nb)
+        assert cells, f"{nb.name} has no `#| export:` cell: its kernels must be written in the lesson"
+        assert any("@triton.jit" in code for _, code in cells), f"{nb.name} exports no Triton kernel"
+
+
+def _jit_functions(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text())
+    out = []
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef):
+            for d in node.decorator_list:
+                target = d.func if isinstance(d, ast.Call) else d
+                if ast.unparse(target) in ("triton.jit", "jit"):
+                    out.append(node.name)
+    return out
+
+
+def test_every_library_kernel_comes_from_a_lesson():
+    """Each @triton.jit kernel of helpers/kernels/ lives in a module generated from a notebook."""
+    generated = set(export.generated_files())
+    for path in sorted((ROOT / "helpers" / "kernels").glob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        kernels = _jit_functions(path)
+        if kernels:
+            assert rel in generated, f"{rel} defines {kernels} but is not exported from a lesson"
+
+
+def test_an_edit_to_a_lesson_kernel_makes_the_library_stale(tmp_path):
+    """The check is mechanical: change a notebook's kernel cell and the library no longer matches."""
+    for sub in ("notebooks", "helpers"):
+        shutil.copytree(ROOT / sub, tmp_path / sub, ignore=shutil.ignore_patterns("__pycache__", ".ipynb_checkpoints"))
+    nb_path = tmp_path / "notebooks" / "03_fused_softmax.ipynb"
+    nb = json.loads(nb_path.read_text())
+    cell = next(c for c in nb["cells"] if c["cell_type"] == "code" and "def softmax_fused_kernel(" in "".join(c["source"]))
+    src = "".join(cell["source"])
+    assert "x - row_max" in src
+    cell["source"] = src.replace("x - row_max", "x")  # the classic experiment: no max shift
+    nb_path.write_text(json.dumps(nb))
+    found = export.problems(tmp_path)
+    assert len(found) == 1 and "helpers/kernels/fused.py differs" in found[0] and "row_max" in found[0]
+    assert export.write(tmp_path) == ["helpers/kernels/fused.py"]
+    assert export.problems(tmp_path) == []
+
+
+def test_the_export_command_checks(tmp_path):
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "export.py"), "--check"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout
+
+
+def test_a_target_exported_from_two_notebooks_is_refused(tmp_path):
+    (tmp_path / "notebooks").mkdir()
+    cell = {"cell_type": "code", "source": "#| export: helpers/kernels/x.py\nA = 1\n", "metadata": {}, "outputs": []}
+    for name in ("03_a.ipynb", "04_b.ipynb"):
+        (tmp_path / "notebooks" / name).write_text(json.dumps({"cells": [cell]}))
+    with pytest.raises(ValueError, match="one notebook per module"):
+        export.modules(tmp_path)
+
+
+def _imports(path: Path) -> set[str]:
+    """Modules a file imports, absolute ('helpers.lesson03') whatever the import's form."""
+    tree = ast.parse(path.read_text())
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from . import x / from .lesson03 import y
+                base = "helpers" + (("." + base) if base else "")
+            out.add(base)
+            out |= {f"{base}.{a.name}" for a in node.names}
+    return out
+
+
+def test_lessons_are_siblings():
+    """No helpers/lessonNN.py imports another lesson module (what two lessons share lives in a shared layer)."""
+    lessons = sorted((ROOT / "helpers").glob("lesson[0-9][0-9].py"))
+    assert lessons
+    for path in lessons:
+        others = {f"helpers.{p.stem}" for p in lessons if p != path}
+        bad = sorted(m for m in _imports(path) if m in others or any(m.startswith(o + ".") for o in others))
+        assert not bad, f"{path.name} imports another lesson: {bad}"
+
+
+def test_shared_layers_import_no_lesson():
+    """Kernels, launch, measurement, plots, data and exercises never depend on a lesson (the
+    benchmark harness, which records what lessons measure, is the one module above them)."""
+    for path in sorted((ROOT / "helpers").rglob("*.py")):
+        if path.stem.startswith("lesson") or path.name == "bench.py":
+            continue
+        bad = sorted(m for m in _imports(path) if m.startswith("helpers.lesson"))
+        assert not bad, f"{path.relative_to(ROOT)} imports a lesson: {bad}"
+
+
+def test_one_module_per_kernel_family():
+    import helpers.kernels as K
+
+    assert K.softmax_fused_kernel.fn.__module__ == "helpers.kernels.fused"
+    assert {K.softmax_online_kernel.fn.__module__, K.softmax_three_pass_kernel.fn.__module__} == {"helpers.kernels.online"}
+    assert {K.softmax_persistent_kernel.fn.__module__, K.softmax_tiled_kernel.fn.__module__} == {"helpers.kernels.persistent"}
+    assert {K.softmax_split_stats_kernel.fn.__module__, K.softmax_split_coop_kernel.fn.__module__} == {"helpers.kernels.split"}
+    assert K.softmax.__module__ == "helpers.kernels.dispatch"

@@ -1,0 +1,157 @@
+"""The lean launch path (helpers.launch): what is cached, what is not, and that the cached path is
+as strict and as right as the first call. Runs on the CPU (interpreter) and on a GPU (where the
+compiled kernel is launched directly)."""
+
+import pytest
+import torch
+
+import helpers
+from helpers import kernels as K
+from helpers.launch import DIRECT, RowSoftmax, Rows
+from helpers.mode import DEVICE
+
+def wrapper(name):
+    import helpers.kernels.dispatch as D
+    import helpers.kernels.fused as F
+    import helpers.kernels.online as O
+    import helpers.kernels.persistent as P
+    import helpers.kernels.split as S
+
+    return {"softmax": D._softmax, "fused": F.softmax_fused, "online": O._online, "tiled": P._tiled,
+            "persistent": P._persistent, "split": S._split}[name]
+
+
+def randn(*shape, dtype=torch.float32, seed=0, scale=3.0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(*shape, generator=g) * scale).to(dtype).to(DEVICE)
+
+
+def assert_softmax(y, x):
+    helpers.assert_matches_reference(y, x)
+    assert y.shape == x.shape and y.dtype == x.dtype and y.device == x.device
+
+
+@pytest.mark.parametrize("name", ["softmax", "fused", "online", "tiled", "split"])
+def test_second_call_uses_the_cache_and_is_still_right(name):
+    w = wrapper(name)
+    w.cache.clear()
+    x = randn(37, 50, seed=1)
+    assert_softmax(w(x), x)
+    assert len(w.cache) == 1
+    x2 = randn(37, 50, seed=2)  # same kind of tensor, new values: the cached entry, fresh numbers
+    assert_softmax(w(x2), x2)
+    assert len(w.cache) == 1
+
+
+@pytest.mark.parametrize("name", ["softmax", "fused", "tiled"])
+def test_each_kind_of_tensor_gets_its_own_entry(name):
+    """A different dtype, row length, stride pattern or alignment is a different key, with its own plan."""
+    w = wrapper(name)
+    w.cache.clear()
+    base = randn(40, 96, seed=3)
+    cases = [
+        base,                                 # the first kind
+        base.to(torch.float16),               # another dtype
+        randn(40, 200, seed=4),               # another row length
+        base.t(),                             # another stride pattern (a transposed view)
+        torch.cat([base.reshape(-1), base.reshape(-1)[:1]])[1:].view(40, 96),  # same shape, 4 bytes off alignment
+    ]
+    for i, x in enumerate(cases, 1):
+        assert_softmax(w(x), x)
+        assert len(w.cache) == i, f"case {i} did not get its own cache entry"
+    assert cases[-1].data_ptr() % 16 != 0
+    # and the same kinds again find their entries
+    for x in cases:
+        assert_softmax(w(x), x)
+    assert len(w.cache) == len(cases)
+
+
+def test_plans_differ_where_the_tensor_differs():
+    short, long = Rows.of(randn(8, 100)), Rows.of(randn(8, 3000))
+    p_short, p_long = K.tiled_plan(short), K.tiled_plan(long)
+    assert p_short.launches[0].constexprs["BLOCK_N"] == 128 and p_long.launches[0].constexprs["BLOCK_N"] == 4096
+    t = Rows.of(randn(30, 20).t())
+    assert (t.in_row_stride, t.in_col_stride) == (1, 20)
+
+
+@pytest.mark.parametrize("name", ["softmax", "fused", "online", "split"])
+def test_a_warm_cache_still_rejects_bad_input_with_the_same_message(name):
+    w = wrapper(name)
+    w.cache.clear()
+    bad_inputs = [torch.arange(12).reshape(3, 4).to(DEVICE), torch.tensor(1.0, device=DEVICE), [1.0, 2.0]]
+    first = []
+    for bad in bad_inputs:
+        with pytest.raises((TypeError, ValueError)) as info:
+            w(bad)
+        first.append((type(info.value), str(info.value)))
+    x = randn(3, 4)
+    w(x)
+    w(x)  # the cache is warm for (3, 4) float32
+    for bad, (etype, msg) in zip(bad_inputs, first):
+        with pytest.raises(etype) as info:
+            w(bad)
+        assert str(info.value) == msg
+    assert len(w.cache) == 1
+
+
+def test_a_cached_option_does_not_admit_a_wrong_typed_one():
+    """16.0 == 16 and True == 1 as dict keys: a valid cached call must not let them through."""
+    x = randn(4, 64)
+    helpers.softmax_online(x, block_size=16)
+    helpers.softmax_online(x, block_size=1)
+    for bad in (16.0, True):
+        with pytest.raises(TypeError, match="block_size must be an int"):
+            helpers.softmax_online(x, block_size=bad)
+
+
+def test_wrong_device_is_refused_from_a_warm_cache():
+    x = randn(5, 7)
+    helpers.softmax(x)
+    other = "meta"
+    with pytest.raises(ValueError, match="on device"):
+        helpers.softmax(torch.empty(5, 7, device=other))
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 50), (4, 1, 9)])
+def test_leading_dims_that_do_not_merge_are_copied_into_rows_every_call(shape):
+    """A permuted 3-D tensor whose leading dims have no single stride: the plan says 'copy', and
+    every call copies (the copy itself is never cached)."""
+    base = randn(shape[1], shape[0], shape[2], seed=7)
+    x = base.permute(1, 0, 2)
+    assert Rows.of(x).copy == (shape[1] > 1 and shape[0] > 1)
+    for seed in (8, 9):
+        base.copy_(randn(shape[1], shape[0], shape[2], seed=seed))
+        assert_softmax(helpers.softmax(x), x)
+
+
+def test_the_input_is_never_modified_on_the_cached_path():
+    x = randn(16, 33, seed=5)
+    x0 = x.clone()
+    for _ in range(3):
+        helpers.softmax(x)
+    assert torch.equal(x, x0)
+
+
+def test_the_output_is_a_new_tensor_every_call():
+    x = randn(6, 10)
+    a, b = helpers.softmax(x), helpers.softmax(x)
+    assert a.data_ptr() != b.data_ptr() and torch.equal(a, b)
+
+
+def test_direct_launch_only_on_a_gpu():
+    assert DIRECT[0] == helpers.ON_GPU or not helpers.ON_GPU
+
+
+def test_a_plan_function_sees_rows_and_options():
+    seen = []
+
+    def plan(rows, scale=None):
+        seen.append((rows.n_rows, rows.n_cols, scale))
+        return K.fused_plan(rows)
+
+    w = RowSoftmax(plan, "probe")
+    x = randn(3, 5)
+    w(x, 2)
+    w(x, 2)
+    w(x, 3)
+    assert seen == [(3, 5, 2), (3, 5, 3)]
