@@ -484,7 +484,7 @@ def plot_final(rows: list[dict] | None = None, meta: dict | None = None, M: int 
 
 def print_tiled_configs(ns=(256, 1024, 4096, 16384, 32768), dtypes=(torch.float32, torch.bfloat16)) -> None:
     """The configuration ``tiled_config`` picks for each row length: rows per tile and warps."""
-    from .kernels import tiled_config
+    from .tuning import tiled_config
 
     print(f"{'dtype':<9} {'N':>6} {'rows per tile':>13} {'num_warps':>9} {'tile elements':>13}")
     for dt in dtypes:
