@@ -19,6 +19,7 @@ help:
 	@echo "make html       the lessons as a static web site in _site/ (INSTRUCTOR=1 adds the instructor edition)"
 	@echo "make serve      build and serve _site/ on http://localhost:8000/"
 	@echo "make test-browser  build the site and check every page in headless Chromium"
+	@echo "make test-lab   run every lesson in JupyterLab (as make lab starts it) in headless Chromium"
 
 venv: $(STAMP)
 
@@ -71,7 +72,7 @@ clean:
 # ---- HTML export of the lessons (docs/html.md) --------------------------------------------------
 # `make html`: _site/ from the notebooks' stored outputs (nothing is executed; no GPU needed).
 # `make html INSTRUCTOR=1` also builds the instructor edition in _site/instructor/.
-.PHONY: html serve test-browser chromium
+.PHONY: html serve test-browser test-lab chromium
 SITE       ?= _site
 PORT       ?= 8000
 INSTRUCTOR ?= 0
@@ -96,3 +97,8 @@ chromium:
 test-browser: venv $(NODE_STAMP) chromium
 	$(MAKE) --no-print-directory html INSTRUCTOR=1
 	SITE_DIR=$(SITE) CHROMIUM=$(CHROMIUM) node --test tests/browser/test_site.mjs
+
+# Every lesson run in JupyterLab, started by tools/lab.py as `make lab` does (on a copy of notebooks/,
+# in temp dirs), in headless Chromium: every cell runs, no error, the exercises say "not yet".
+test-lab: venv $(NODE_STAMP) chromium
+	LAB_PYTHON=$(BIN)/python CHROMIUM=$(CHROMIUM) node --test tests/browser/test_lab.mjs
