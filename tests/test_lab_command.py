@@ -115,6 +115,9 @@ def test_print_command_here(tmp_path):
 @pytest.mark.skipif(shutil.which("make") is None, reason="no make")
 def test_make_lab_passes_args_to_the_script():
     # -n: print, do not run; -o: do not (re)build the venv for this
-    r = subprocess.run(["make", "-n", "-o", ".venv/.installed-stamp", "lab", "ARGS=--port 8890 --ip 0.0.0.0"],
-                       cwd=ROOT, capture_output=True, text=True, timeout=60, check=True)
-    assert r.stdout.strip().splitlines()[-1].endswith("tools/lab.py --port 8890 --ip 0.0.0.0")
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "ARGS")}
+    r = subprocess.run(["make", "-n", "--no-print-directory", "-o", ".venv/.installed-stamp", "lab",
+                        "ARGS=--port 8890 --ip 0.0.0.0"],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=True)
+    lines = [line for line in r.stdout.splitlines() if "tools/lab.py" in line]
+    assert len(lines) == 1 and lines[0].endswith("tools/lab.py --port 8890 --ip 0.0.0.0"), r.stdout
