@@ -11,7 +11,7 @@ export MPLBACKEND := Agg
 
 help:
 	@echo "make venv       create .venv with the course's pinned packages (CPU build of torch)"
-	@echo "make lab        open JupyterLab on the course"
+	@echo "make lab        JupyterLab on the course (ARGS=\"--port 8890 --ip 0.0.0.0\" passes arguments to it)"
 	@echo "make test       helpers' tests + every notebook under strict nbval (CPU)"
 	@echo "make execute    re-execute all notebooks in place to refresh their stored outputs"
 	@echo "make export     regenerate helpers/kernels/*.py from the lessons' \`#| export:\` cells"
@@ -20,6 +20,7 @@ help:
 	@echo "make html       the lessons as a static web site in _site/ (INSTRUCTOR=1 adds the instructor edition)"
 	@echo "make serve      build and serve _site/ on http://localhost:8000/"
 	@echo "make test-browser  build the site and check every page in headless Chromium"
+	@echo "make test-lab   run every lesson in JupyterLab (as make lab starts it) in headless Chromium"
 
 venv: $(STAMP)
 
@@ -40,8 +41,10 @@ test-notebooks: venv
 	$(BIN)/python -m pytest -q notebooks --nbval --nbval-cell-timeout=300 \
 		--nbval-sanitize-with tests/nbval_sanitize.cfg
 
+# tools/lab.py adds --allow-root as root and --no-browser without a display; ARGS go to JupyterLab.
+ARGS ?=
 lab: venv
-	$(BIN)/jupyter lab --notebook-dir=notebooks
+	$(BIN)/python tools/lab.py $(ARGS)
 
 execute: venv
 	$(BIN)/python tools/execute_notebooks.py $(NOTEBOOKS)
@@ -77,7 +80,7 @@ clean:
 # ---- HTML export of the lessons (docs/html.md) --------------------------------------------------
 # `make html`: _site/ from the notebooks' stored outputs (nothing is executed; no GPU needed).
 # `make html INSTRUCTOR=1` also builds the instructor edition in _site/instructor/.
-.PHONY: html serve test-browser
+.PHONY: html serve test-browser test-lab chromium
 SITE       ?= _site
 PORT       ?= 8000
 INSTRUCTOR ?= 0
@@ -95,8 +98,15 @@ serve: html
 	@echo "serving $(SITE)/ on http://localhost:$(PORT)/ (Ctrl-C stops)"
 	$(BIN)/python -m http.server $(PORT) --bind 127.0.0.1 --directory $(SITE)
 
-test-browser: venv $(NODE_STAMP)
-	@test -x $(CHROMIUM) || { echo "installing Debian's chromium for the browser test ..."; \
+chromium:
+	@test -x $(CHROMIUM) || { echo "installing Debian's chromium for the browser tests ..."; \
 		$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+
+test-browser: venv $(NODE_STAMP) chromium
 	$(MAKE) --no-print-directory html INSTRUCTOR=1
 	SITE_DIR=$(SITE) CHROMIUM=$(CHROMIUM) node --test tests/browser/test_site.mjs
+
+# Every lesson run in JupyterLab, started by tools/lab.py as `make lab` does (on a copy of notebooks/,
+# in temp dirs), in headless Chromium: every cell runs, no error, the exercises say "not yet".
+test-lab: venv $(NODE_STAMP) chromium
+	LAB_PYTHON=$(BIN)/python CHROMIUM=$(CHROMIUM) node --test tests/browser/test_lab.mjs
