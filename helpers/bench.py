@@ -102,7 +102,7 @@ def tune() -> Path:
     return path
 
 
-def lessons(out_dir=DATA_DIR) -> None:
+def lessons(out_dir=DATA_DIR, only=None) -> None:
     """Record what lessons 03-06 show on this GPU: each lesson's own measurement functions."""
     require_gpu("recording the lessons' GPU data")
     from . import lesson03, lesson04, lesson05, lesson06
@@ -117,6 +117,8 @@ def lessons(out_dir=DATA_DIR) -> None:
         "split_l2": lesson06.l2_rows,
     }
     for name, job in jobs.items():
+        if only and name not in only:
+            continue
         t0 = time.time()
         rows = job()
         write_csv(Path(out_dir) / f"{name}.csv", rounded(rows), provenance(f"python -m helpers.bench lessons ({name})"))
@@ -140,12 +142,13 @@ def main(argv=None) -> int:
     ap.add_argument("what", nargs="?", default="sweep", choices=["sweep", "tune", "lessons", "launch", "all"])
     ap.add_argument("--dtypes", default="float32,bfloat16")
     ap.add_argument("--out", default=None, help="file name (without .csv) under figures/data/ for the sweep")
+    ap.add_argument("--only", default=None, help="lessons: record only these files (comma-separated names)")
     args = ap.parse_args(argv)
     require_gpu("`python -m helpers.bench`")
     if args.what in ("tune", "all"):
         tune()
     if args.what in ("lessons", "all"):
-        lessons()
+        lessons(only=args.only.split(",") if args.only else None)
     if args.what in ("launch", "all"):
         launch()
     if args.what in ("sweep", "all"):

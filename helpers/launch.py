@@ -226,11 +226,14 @@ DIRECT = [ON_GPU and _raw_stream is not None]
 
 
 def _launch_hooks_installed() -> bool:
+    """True when a profiler (Proton, a user) has installed a launch hook: the direct path would skip it.
+    Triton 3.6 keeps the hooks in a HookChain that is never None: installed means it has calls."""
     try:
         knobs = triton.knobs.runtime
-        return knobs.launch_enter_hook is not None or knobs.launch_exit_hook is not None
+        hooks = (knobs.launch_enter_hook, knobs.launch_exit_hook)
     except AttributeError:  # pragma: no cover - a Triton without knobs
         return False
+    return any(h is not None and (len(h.calls) > 0 if hasattr(h, "calls") else True) for h in hooks)
 
 
 def _slots(n_inputs: int) -> dict:

@@ -138,8 +138,20 @@ def test_the_output_is_a_new_tensor_every_call():
     assert a.data_ptr() != b.data_ptr() and torch.equal(a, b)
 
 
-def test_direct_launch_only_on_a_gpu():
-    assert DIRECT[0] == helpers.ON_GPU or not helpers.ON_GPU
+def test_direct_launch_on_a_gpu_jit_under_the_interpreter():
+    """On a GPU the cached entry launches the compiled kernel directly (not through the JIT); under
+    the interpreter it goes through kernel[grid](...)."""
+    from helpers.launch import _launch_hooks_installed
+
+    import helpers.kernels.dispatch as D
+
+    x = randn(64, 300)
+    helpers.softmax(x)
+    entry = next(v for k, v in D._softmax.cache.items() if k[1] == x.shape)
+    where = "_direct_call" if helpers.ON_GPU else "_jit_call"
+    assert entry.__qualname__.startswith(where), entry.__qualname__
+    assert DIRECT[0] == helpers.ON_GPU
+    assert not _launch_hooks_installed()
 
 
 def test_a_plan_function_sees_rows_and_options():
