@@ -1,14 +1,22 @@
-"""``helpers.softmax``: the course's best answer for any shape (lessons 05 and 06).
+"""``helpers.softmax``: the course's best answer for any shape (lessons 05, 06 and 08).
 
 Rows that fit on chip (up to ``TILED_MAX_COLS`` columns) go to the tiled kernel, in the
 configuration measured for this GPU (``helpers.tuning``); longer rows are split across programs
 that wait for each other inside one launch (``softmax_split_coop``; the two-launch
 ``softmax_split`` under the interpreter). One cache lookup a call: the plan of each kind of tensor
 is decided once (``helpers.launch``).
+
+A call that autograd must record (``x.requires_grad`` with grad mode on), or one that
+``torch.compile`` is tracing, goes through the operator ``torch.ops.softmax_course.softmax``
+(``helpers.ops``, lesson 08), whose backward is ``helpers.softmax_backward``. Every other call
+launches the kernels directly, as cheap as before the operator existed.
 """
 
 from __future__ import annotations
 
+import torch
+
+from ..checks import check_tensor
 from ..launch import RowSoftmax
 from .persistent import tiled_plan
 from .split import coop_plan
@@ -25,9 +33,18 @@ def softmax_plan(rows):
 
 
 _softmax = RowSoftmax(softmax_plan, "softmax")
+_is_compiling = torch.compiler.is_compiling
+_grad_enabled = torch.is_grad_enabled
 
 
 def softmax(x):
     """Softmax over the last dimension for any shape: a new tensor of ``x``'s shape, dtype and
-    device, computed in fp32 for 16-bit inputs."""
+    device, computed in fp32 for 16-bit inputs. Differentiable (lesson 08)."""
+    try:
+        record = x.requires_grad and _grad_enabled()
+    except AttributeError:  # not a tensor: the wrapper's check says what to do
+        return _softmax(x)
+    if record or _is_compiling():
+        check_tensor(x, kernel=True)
+        return torch.ops.softmax_course.softmax(x)
     return _softmax(x)
