@@ -168,7 +168,20 @@ def _round(v):
     return round(v, 6) if isinstance(v, float) and math.isfinite(v) else v
 
 
+def warm_up_gpu(seconds: float = 2.0) -> None:
+    """Keep the GPU busy for a moment, so the first cell is not timed on an idle GPU's clocks
+    (as ``helpers.bench.sweep`` does)."""
+    warm = torch.empty(2**28, device="cuda")
+    t_end = time.time() + seconds
+    while time.time() < t_end:
+        warm.add_(1.0)
+        torch.cuda.synchronize()
+    del warm
+
+
 def sweep(ns=NS, dtypes=("float32", "bfloat16"), M: int = M_ROWS, log=None) -> list[dict]:
+    """Every provider at M x N for each N and dtype (GPU timers)."""
+    warm_up_gpu()
     rows = []
     for d in dtypes:
         for N in ns:

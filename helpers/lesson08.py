@@ -17,7 +17,7 @@ import triton
 
 from . import gpu_data, plots
 from .exercises import Wrong, call_attempt, check, fmt, guarded, run_learner_kernel
-from .kernels import softmax_backward, softmax_backward_looped, softmax_backward_tiled
+from .kernels import softmax_backward_looped, softmax_backward_tiled
 from .mode import DEVICE, ON_GPU
 
 #: The recorded benchmark this lesson shows (``python -m helpers.backward_bench figures/data/backward.csv``).
