@@ -12,6 +12,10 @@ lines would swap the operator under ``helpers.softmax``. Lesson 08 shows this fi
   anything. ``torch.compile`` traces with it, so the op stays one node in the graph.
 - Autograd: the forward saves its output y; the backward calls the backward op. The backward op
   has a backward of its own (plain PyTorch), so second derivatives work too.
+
+``helpers.softmax`` calls the operator when ``torch.compile`` traces it. In eager mode it records
+autograd with ``helpers.kernels.dispatch.SoftmaxFunction`` instead, around the same kernels: the
+dispatcher and the operator's autograd wrapper cost tens of µs of host time a call.
 """
 
 from __future__ import annotations

@@ -232,7 +232,7 @@ def test_values_and_gradients_match_torch(shape, dtype):
     y2 = torch.softmax(x2.float(), dim=-1).to(dtype)  # torch's reference, computed in fp32 like ours
     (y2 * w).sum().backward()
     atol, rtol = TOL[dtype]
-    assert y1.grad_fn is not None and "softmax_course" in type(y1.grad_fn).__name__
+    assert type(y1.grad_fn).__name__ == "SoftmaxFunctionBackward"
     torch.testing.assert_close(y1, y2, atol=atol, rtol=rtol)
     torch.testing.assert_close(x1.grad.float(), x2.grad.float(), atol=max(atol, 1e-6) * 4, rtol=rtol * 4)
 
@@ -279,8 +279,29 @@ def test_the_no_grad_path_launches_directly(monkeypatch):
         assert y.grad_fn is None
         torch.testing.assert_close(y.double(), ref, atol=1e-6, rtol=1e-5)
     assert spy.calls == len(cases)
-    y = helpers.softmax(x.clone().requires_grad_())  # the operator: the spy is not called
-    assert spy.calls == len(cases) and y.grad_fn is not None
+    y = helpers.softmax(x.clone().requires_grad_())  # eager autograd: the Function, around the same kernels
+    assert spy.calls == len(cases) + 1 and type(y.grad_fn).__name__ == "SoftmaxFunctionBackward"
+
+
+def test_eager_function_and_operator_agree():
+    """helpers.softmax's eager autograd (SoftmaxFunction) and the operator torch.compile uses give
+    the same values, gradients and second derivatives."""
+    g = torch.Generator().manual_seed(4)
+    x0 = torch.randn(3, 11, generator=g, dtype=torch.float64).to(DEVICE)
+    v = torch.randn(3, 11, generator=g, dtype=torch.float64).to(DEVICE)
+    outs = []
+    for fn in (helpers.softmax, torch.ops.softmax_course.softmax):
+        x = x0.clone().requires_grad_()
+        y = fn(x)
+        (gx,) = torch.autograd.grad((y * v).sum(), x, create_graph=True)
+        (ggx,) = torch.autograd.grad((gx * v).sum(), x)
+        outs.append((y.detach(), gx.detach(), ggx))
+    for a, b in zip(*outs):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-10)
+    x = x0.clone().requires_grad_()
+    (gx,) = torch.autograd.grad((torch.softmax(x, -1) * v).sum(), x, create_graph=True)
+    (ggx,) = torch.autograd.grad((gx * v).sum(), x)
+    torch.testing.assert_close(outs[0][2], ggx, atol=1e-12, rtol=1e-10)
 
 
 # --------------------------------------------------------------------------------------------

@@ -6,10 +6,13 @@ that wait for each other inside one launch (``softmax_split_coop``; the two-laun
 ``softmax_split`` under the interpreter). One cache lookup a call: the plan of each kind of tensor
 is decided once (``helpers.launch``).
 
-A call that autograd must record (``x.requires_grad`` with grad mode on), or one that
-``torch.compile`` is tracing, goes through the operator ``torch.ops.softmax_course.softmax``
-(``helpers.ops``, lesson 08), whose backward is ``helpers.softmax_backward``. Every other call
-launches the kernels directly, as cheap as before the operator existed.
+Autograd (lesson 08): a call that ``torch.compile`` is tracing goes through the operator
+``torch.ops.softmax_course.softmax`` (``helpers.ops``), the only form the compiler can put in a graph.
+In eager mode, a call that autograd must record (``x.requires_grad`` with grad mode on) goes through
+``SoftmaxFunction``, a ``torch.autograd.Function`` around the same kernels, whose backward is
+``helpers.softmax_backward``: the same numbers as the operator for a fraction of its host cost (the
+dispatcher and the operator's Python autograd cost tens of µs a call). Every other call launches
+the kernels directly, as cheap as before autograd was supported.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import torch
 
 from ..checks import check_tensor
 from ..launch import RowSoftmax
+from .backward import softmax_backward
 from .persistent import tiled_plan
 from .split import coop_plan
 
@@ -37,6 +41,25 @@ _is_compiling = torch.compiler.is_compiling
 _grad_enabled = torch.is_grad_enabled
 
 
+class SoftmaxFunction(torch.autograd.Function):
+    """Eager autograd around the kernels: saves y, and its backward is ``softmax_backward``. When the
+    backward itself is recorded (``create_graph=True``), it goes through the backward operator, whose
+    own backward gives second derivatives."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = _softmax(x)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        (y,) = ctx.saved_tensors
+        if _grad_enabled():
+            return torch.ops.softmax_course.softmax_backward(y, dy)
+        return softmax_backward(y, dy)
+
+
 def softmax(x):
     """Softmax over the last dimension for any shape: a new tensor of ``x``'s shape, dtype and
     device, computed in fp32 for 16-bit inputs. Differentiable (lesson 08)."""
@@ -44,7 +67,10 @@ def softmax(x):
         record = x.requires_grad and _grad_enabled()
     except AttributeError:  # not a tensor: the wrapper's check says what to do
         return _softmax(x)
-    if record or _is_compiling():
+    if _is_compiling():
         check_tensor(x, kernel=True)
         return torch.ops.softmax_course.softmax(x)
+    if record:
+        check_tensor(x, kernel=True)
+        return SoftmaxFunction.apply(x)
     return _softmax(x)
