@@ -78,6 +78,13 @@ def _sync() -> None:
         torch.cuda.synchronize()
 
 
+def _sync_quietly() -> None:
+    try:
+        _sync()
+    except Exception:
+        pass
+
+
 def eager_ms(fn) -> float:
     return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
 
@@ -150,14 +157,22 @@ def measure(M: int, N: int, dtype, provs: dict | None = None, *, timers: dict | 
     for name, fn in ok.items():
         call = (lambda fn=fn: fn(y, dy, out))
         for key, timer in timers.items():
-            rows[name][key] = timer(call)
+            try:
+                rows[name][key] = timer(call)
+            except Exception as e:  # e.g. a capture that fails: keep the other timings and say why
+                rows[name][key] = float("nan")
+                rows[name]["status"] = f"{key} {_status(e)}"
+                _sync_quietly()
     t_copy = rows.get("copy", {})
     for name, row in rows.items():
         for key in ("ms", "graph_ms", "host_us"):
             row.setdefault(key, float("nan"))
         for frac, key in (("frac_of_copy", "ms"), ("graph_frac", "graph_ms")):
             tc, t = t_copy.get(key, float("nan")), row[key]
-            row[frac] = 1.0 if name == "copy" and name in ok else (1.5 * tc / t if t and math.isfinite(t) else float("nan"))
+            if name == "copy":
+                row[frac] = 1.0 if math.isfinite(t) else float("nan")
+            else:
+                row[frac] = 1.5 * tc / t if t and math.isfinite(t) else float("nan")
     del y, dy, ref, out
     if torch.cuda.is_available():
         torch.cuda.empty_cache()

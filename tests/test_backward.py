@@ -386,6 +386,15 @@ def test_bench_rows_fractions_and_failures():
     assert len(order) == 3 * 3  # three timers for each of the three right providers
 
 
+def test_bench_a_failing_timer_is_reported_not_raised():
+    def boom(call):
+        raise RuntimeError("capture failed")
+    rows = backward_bench.measure(2, 16, torch.float32, timers={"ms": lambda call: 1.0, "graph_ms": boom}, device=DEVICE)
+    for r in rows:
+        assert r["ms"] == 1.0 and math.isnan(r["graph_ms"]) and "capture failed" in r["status"]
+        assert math.isnan(r["graph_frac"])
+
+
 def test_bench_bfloat16_tolerance_accepts_the_course_and_torch():
     rows = backward_bench.measure(3, 50, torch.bfloat16, timers={}, device=DEVICE)
     assert all(r["status"] == "ok" for r in rows), [(r["provider"], r["status"]) for r in rows]
