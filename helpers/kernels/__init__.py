@@ -5,6 +5,7 @@ teaches it (``tools/export.py``: edit the notebook's cells, then run ``make expo
 - ``online``      lesson 04: a loop over the row in blocks: three passes, then the online (max, sum).
 - ``persistent``  lesson 05: a persistent grid sized from the compiled kernel; the tiled kernel.
 - ``split``       lesson 06: one row split across programs: two launches, or one cooperative launch.
+- ``backward``    lesson 08: the gradient of softmax, dx = y * (dy - sum(y * dy)), from y and dy.
 - ``dispatch``    ``softmax``: the course's best answer for any shape (written by hand).
 
 Every wrapper takes a floating tensor of any shape (at least one dimension) and returns the
@@ -21,4 +22,7 @@ from .persistent import (persistent_plan, softmax_persistent, softmax_persistent
                          softmax_tiled_kernel, tiled_plan)
 from .split import (MAX_SPIN, coop_plan, softmax_split, softmax_split_coop, softmax_split_coop_kernel,
                     softmax_split_normalize_kernel, softmax_split_stats_kernel, split_plan, two_launch_plan)
+from .backward import (BACKWARD_TILED_MAX_COLS, backward_looped_plan, backward_plan, backward_tiled_plan,
+                       softmax_backward, softmax_backward_looped, softmax_backward_looped_kernel,
+                       softmax_backward_tiled, softmax_backward_tiled_kernel)
 from .dispatch import TILED_MAX_COLS, softmax, softmax_plan  # noqa: E402  (after the families it chooses from)

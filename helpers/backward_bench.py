@@ -1,0 +1,246 @@
+"""The softmax backward on a GPU: the course's Triton kernels against PyTorch's, checked, then timed.
+
+    python -m helpers.backward_bench figures/data/backward.csv     # about 2 minutes on an H100
+
+Shapes: M = 4096 rows, N = 1024 ... 32768 columns (the powers of two, and 12672), in float32 and
+bfloat16. y is a real softmax output (of a random normal x) and dy is random normal. Providers:
+
+- ``copy``: ``out.copy_(y)``, the ceiling (it moves 2MN elements);
+- ``course``: ``helpers.softmax_backward(y, dy)`` (lesson 08);
+- ``course_looped``: the two-pass looped kernel on the same rows (``softmax_backward_looped``), to
+  show what reading y and dy a second time costs while rows would fit on chip;
+- ``torch_backward``: ``torch._softmax_backward_data(dy, y, -1, y.dtype)``, what autograd runs for
+  ``torch.softmax``;
+- ``torch_naive_backward``: the formula as PyTorch ops, ``y * (dy - (y * dy).sum(-1, keepdim=True))``.
+
+Every provider is checked against the float64 formula before it is timed; one that is wrong (or
+fails) at a shape is reported in ``status`` and not timed. Each is then timed three ways:
+
+- ``ms``: ``triton.testing.do_bench`` median (eager: launches included; L2 flushed between calls);
+- ``graph_ms``: ``triton.testing.do_bench_cudagraph`` median (GPU time alone, from a CUDA graph,
+  which also shows each provider can be captured);
+- ``host_us``: host time of one call, best of 3 loops of 200 calls with no sync inside.
+
+``frac_of_copy = 1.5 * t_copy / t`` (and ``graph_frac`` the same with graph times): the backward
+moves 3MN elements (reads y and dy, writes dx), the copy 2MN, so 1.0 means the backward moves its
+bytes as fast as the copy moves its own. The copy's own rows say 1.0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+import triton
+
+from .gpu_data import provenance, write_csv
+from .kernels.backward import softmax_backward, softmax_backward_looped
+from .mode import DEVICE, ON_GPU
+
+M_ROWS = 4096
+NS = (1024, 2048, 4096, 8192, 12672, 16384, 32768)
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+COLUMNS = ("dtype", "M", "N", "provider", "ms", "graph_ms", "frac_of_copy", "graph_frac", "host_us", "max_err", "status")
+
+#: Largest error allowed against the float64 formula, as a fraction of the largest |dx|.
+REL_TOL = {torch.float32: 1e-5, torch.float64: 1e-12, torch.float16: 1e-2, torch.bfloat16: 3e-2}
+
+
+def naive_backward(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
+    """The backward as four PyTorch ops: y * dy, its row sum, dy - sum, y * (...)."""
+    return y * (dy - (y * dy).sum(-1, keepdim=True))
+
+
+def reference_backward(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
+    """dx in float64, the reference every provider is checked against."""
+    y64, dy64 = y.to(torch.float64), dy.to(torch.float64)
+    return y64 * (dy64 - (y64 * dy64).sum(-1, keepdim=True))
+
+
+def providers() -> dict[str, Callable]:
+    """name -> fn(y, dy, out) for every provider (``out`` is only the copy's destination)."""
+    return {
+        "copy": lambda y, dy, out: out.copy_(y),
+        "course": lambda y, dy, out: softmax_backward(y, dy),
+        "course_looped": lambda y, dy, out: softmax_backward_looped(y, dy),
+        "torch_backward": lambda y, dy, out: torch._softmax_backward_data(dy, y, -1, y.dtype),
+        "torch_naive_backward": lambda y, dy, out: naive_backward(y, dy),
+    }
+
+
+def _sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def _sync_quietly() -> None:
+    try:
+        _sync()
+    except Exception:
+        pass
+
+
+def eager_ms(fn) -> float:
+    return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
+
+
+def graph_ms(fn) -> float:
+    return float(triton.testing.do_bench_cudagraph(fn, rep=50, return_mode="median"))
+
+
+def host_us(fn, calls: int = 200, loops: int = 3) -> float:
+    """Best of ``loops`` loops of ``calls`` calls, in µs per call; no sync inside a loop."""
+    best = math.inf
+    for _ in range(loops):
+        _sync()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / calls * 1e6)
+        _sync()
+    return best
+
+
+GPU_TIMERS = {"ms": eager_ms, "graph_ms": graph_ms, "host_us": host_us}
+
+
+def _status(e: BaseException) -> str:
+    msg = (str(e).strip().splitlines() or [type(e).__name__])[0][:120].replace(",", ";")
+    return f"failed: {type(e).__name__}: {msg}"
+
+
+def inputs(M: int, N: int, dtype, device=None, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(y, dy): y = softmax(x) of a random normal x (computed in fp32), dy random normal."""
+    device = device or DEVICE
+    g = torch.Generator(device=device).manual_seed(seed)
+    x = torch.randn(M, N, device=device, generator=g)
+    y = torch.softmax(x, dim=-1).to(dtype)
+    dy = torch.randn(M, N, device=device, generator=g).to(dtype)
+    return y, dy
+
+
+def measure(M: int, N: int, dtype, provs: dict | None = None, *, timers: dict | None = None, device=None,
+            seed: int = 0) -> list[dict]:
+    """The rows of one shape: every provider checked against float64, then timed (``timers``: name
+    -> fn(callable) -> number, the GPU timers by default; tests pass their own)."""
+    provs = providers() if provs is None else provs
+    timers = GPU_TIMERS if timers is None else timers
+    y, dy = inputs(M, N, dtype, device, seed)
+    ref = reference_backward(y, dy)
+    scale = ref.abs().max().item() or 1.0
+    out = torch.empty_like(y)
+    d = str(dtype).replace("torch.", "")
+    rows, ok = {}, {}
+    for name, fn in provs.items():
+        row = dict(dtype=d, M=M, N=N, provider=name)
+        try:
+            got = fn(y, dy, out)
+            _sync()
+            if name == "copy":
+                err = (got.to(torch.float64) - y.to(torch.float64)).abs().max().item()
+                good = err == 0.0
+            else:
+                err = (got.to(torch.float64) - ref).abs().max().item()
+                good = math.isfinite(err) and err <= REL_TOL[dtype] * scale
+            row.update(max_err=err, status="ok" if good else f"wrong: max abs error {err:.2e} (largest |dx| {scale:.2e})")
+            if good:
+                ok[name] = fn
+            del got
+        except Exception as e:  # report, never hide: the CSV says which provider failed where, and why
+            row.update(max_err=float("nan"), status=_status(e))
+        rows[name] = row
+    for name, fn in ok.items():
+        call = (lambda fn=fn: fn(y, dy, out))
+        for key, timer in timers.items():
+            try:
+                rows[name][key] = timer(call)
+            except Exception as e:  # e.g. a capture that fails: keep the other timings and say why
+                rows[name][key] = float("nan")
+                rows[name]["status"] = f"{key} {_status(e)}"
+                _sync_quietly()
+    t_copy = rows.get("copy", {})
+    for name, row in rows.items():
+        for key in ("ms", "graph_ms", "host_us"):
+            row.setdefault(key, float("nan"))
+        for frac, key in (("frac_of_copy", "ms"), ("graph_frac", "graph_ms")):
+            tc, t = t_copy.get(key, float("nan")), row[key]
+            if name == "copy":
+                row[frac] = 1.0 if math.isfinite(t) else float("nan")
+            else:
+                row[frac] = 1.5 * tc / t if t and math.isfinite(t) else float("nan")
+    del y, dy, ref, out
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return [{k: _round(rows[name][k]) for k in COLUMNS} for name in rows]
+
+
+def _round(v):
+    return round(v, 6) if isinstance(v, float) and math.isfinite(v) else v
+
+
+def warm_up_gpu(seconds: float = 2.0) -> None:
+    """Keep the GPU busy for a moment, so the first cell is not timed on an idle GPU's clocks
+    (as ``helpers.bench.sweep`` does)."""
+    warm = torch.empty(2**28, device="cuda")
+    t_end = time.time() + seconds
+    while time.time() < t_end:
+        warm.add_(1.0)
+        torch.cuda.synchronize()
+    del warm
+
+
+def sweep(ns=NS, dtypes=("float32", "bfloat16"), M: int = M_ROWS, log=None) -> list[dict]:
+    """Every provider at M x N for each N and dtype (GPU timers)."""
+    warm_up_gpu()
+    rows = []
+    for d in dtypes:
+        for N in ns:
+            t0 = time.time()
+            rows += measure(M, N, DTYPES[d])
+            if log:
+                log(f"{d} {M} x {N}: {time.time() - t0:.1f} s")
+    return rows
+
+
+def summary(rows: list[dict]) -> str:
+    """One line per (dtype, N): course, torch_backward and the naive version, as fractions of copy (GPU time)."""
+    cells: dict = {}
+    for r in rows:
+        cells.setdefault((r["dtype"], r["N"]), {})[r["provider"]] = r
+    lines = [f"{'dtype':9} {'N':>6}  {'course':>7} {'looped':>7} {'torch':>7} {'naive':>7}   (graph_frac; host µs of course / torch)"]
+    for (d, N), p in cells.items():
+        f = lambda k: p.get(k, {}).get("graph_frac", float("nan"))
+        h = lambda k: p.get(k, {}).get("host_us", float("nan"))
+        lines.append(f"{d:9} {N:6d}  {f('course'):7.3f} {f('course_looped'):7.3f} {f('torch_backward'):7.3f} "
+                     f"{f('torch_naive_backward'):7.3f}   {h('course'):.1f} / {h('torch_backward'):.1f}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m helpers.backward_bench", description=__doc__.split("\n\n")[0])
+    ap.add_argument("out_csv", help="where to write the CSV (the lesson reads figures/data/backward.csv)")
+    ap.add_argument("--dtypes", default="float32,bfloat16")
+    ap.add_argument("--ns", default=",".join(map(str, NS)), help="row lengths, comma-separated")
+    args = ap.parse_args(argv)
+    if not ON_GPU:
+        print("the softmax backward benchmark needs an NVIDIA GPU, and this machine has none (kernels would "
+              "run in Triton's interpreter, which says nothing about speed). Run it on a GPU machine; the "
+              "recorded results go to figures/data/backward.csv.", file=sys.stderr)
+        return 2
+    t0 = time.time()
+    log = lambda s: print(s, file=sys.stderr, flush=True)
+    rows = sweep(ns=tuple(int(n) for n in args.ns.split(",")), dtypes=tuple(args.dtypes.split(",")), log=log)
+    cmd = "python -m helpers.backward_bench " + " ".join(argv if argv is not None else sys.argv[1:])
+    path = write_csv(Path(args.out_csv), rows, provenance(cmd))
+    print(summary(rows))
+    print(f"wrote {path} ({len(rows)} rows) in {time.time() - t0:.0f} s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,416 @@
+"""The softmax backward (lesson 08): the Triton kernels, ``helpers.softmax_backward``, the operator
+``torch.ops.softmax_course.*`` behind ``helpers.softmax``'s autograd and ``torch.compile`` support,
+the cheap no-grad path, bad inputs, and the GPU benchmark's logic (run on the CPU with fake timers).
+
+Sizes stay small: under the interpreter every program of a kernel costs milliseconds.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import helpers
+import pytest
+import torch
+from helpers import backward_bench, gpu_data, lesson08
+from helpers.kernels import dispatch
+from helpers.kernels.backward import (BACKWARD_TILED_MAX_COLS, backward_plan, softmax_backward_looped,
+                                      softmax_backward_tiled)
+from helpers.mode import DEVICE
+
+ROOT = Path(__file__).resolve().parent.parent
+TOL = {torch.float32: (1e-6, 1e-5), torch.float16: (2e-3, 1e-2), torch.bfloat16: (1.6e-2, 5e-2), torch.float64: (1e-12, 1e-10)}
+
+
+def formula(y, dy):
+    y64, dy64 = y.double(), dy.double()
+    return y64 * (dy64 - (y64 * dy64).sum(-1, keepdim=True))
+
+
+def pair(shape, dtype=torch.float32, seed=0, scale=3.0):
+    g = torch.Generator().manual_seed(seed)
+    y = torch.softmax(torch.randn(shape, generator=g) * scale, dim=-1).to(dtype).to(DEVICE)
+    dy = torch.randn(shape, generator=g).to(dtype).to(DEVICE)
+    return y, dy
+
+
+def assert_backward_ok(dx, y, dy):
+    assert dx.shape == y.shape and dx.dtype == y.dtype and dx.device == y.device
+    ref = formula(y, dy)
+    atol, _ = TOL[y.dtype]
+    scale = ref.abs().max().item() or 1.0
+    err = (dx.double() - ref).abs().max().item()
+    assert err <= atol * scale + 1e-12, f"max error {err:.2e} (largest |dx| {scale:.2e})"
+
+
+# --------------------------------------------------------------------------------------------
+# helpers.softmax_backward and its kernels
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("shape", [(1, 1), (3, 5), (7, 33), (2, 3, 17), (40,)])
+def test_backward_matches_the_formula(shape, dtype):
+    y, dy = pair(shape, dtype)
+    assert_backward_ok(helpers.softmax_backward(y, dy), y, dy)
+
+
+@pytest.mark.parametrize("fn", [softmax_backward_tiled, lambda y, dy: softmax_backward_looped(y, dy, 16),
+                                softmax_backward_looped], ids=["tiled", "looped16", "looped"])
+@pytest.mark.parametrize("shape", [(5, 37), (130, 8), (3, 1), (2, 100)])
+def test_both_kernels(fn, shape):
+    y, dy = pair(shape)
+    assert_backward_ok(fn(y, dy), y, dy)
+
+
+def test_tile_shapes_and_partial_tiles():
+    for block_m in (1, 2, 4, 8):
+        y, dy = pair((7, 20), seed=block_m)
+        assert_backward_ok(softmax_backward_tiled(y, dy, block_m), y, dy)
+
+
+def test_strided_and_non_contiguous_inputs():
+    g = torch.Generator().manual_seed(5)
+    # y read through a transposed view (each column of the original is a softmax)
+    yt = torch.softmax(torch.randn(30, 20, generator=g), dim=0).t().to(DEVICE)
+    dyt = torch.randn(30, 20, generator=g).t().to(DEVICE)
+    assert_backward_ok(helpers.softmax_backward(yt, dyt), yt, dyt)
+    # every other column (column stride 2), and dy contiguous
+    y2 = torch.softmax(torch.randn(6, 40, generator=g), -1).to(DEVICE)[:, ::2]
+    dy2 = torch.randn(6, 20, generator=g).to(DEVICE)
+    assert_backward_ok(helpers.softmax_backward(y2, dy2), y2, dy2)
+    # 3-D inputs whose leading dimensions do not merge (a copy), for y and for dy in turn
+    y3 = torch.softmax(torch.randn(4, 3, 9, generator=g), -1).transpose(0, 1).to(DEVICE)
+    dy3 = torch.randn(3, 4, 9, generator=g).to(DEVICE)
+    assert_backward_ok(helpers.softmax_backward(y3, dy3), y3, dy3)
+    y4 = torch.softmax(torch.randn(3, 4, 9, generator=g), -1).to(DEVICE)
+    dy4 = torch.randn(4, 3, 9, generator=g).transpose(0, 1).to(DEVICE)
+    assert_backward_ok(helpers.softmax_backward(y4, dy4), y4, dy4)
+
+
+def test_expanded_dy_the_gradient_of_a_sum():
+    y, _ = pair((2, 3, 8))
+    ones = torch.ones(1, device=DEVICE).expand(2, 3, 8)  # strides (0, 0, 0)
+    dx = helpers.softmax_backward(y, ones)
+    assert dx.abs().max().item() < 1e-6  # y * (1 - sum(y)) = 0
+    row = torch.randn(8, device=DEVICE).expand(2, 3, 8)  # one dy row for all (row stride 0)
+    assert_backward_ok(helpers.softmax_backward(y, row), y, row)
+
+
+def test_long_rows_take_the_looped_kernel():
+    y, dy = pair((1, BACKWARD_TILED_MAX_COLS + 5), scale=1.0)
+    plan = helpers.kernels.backward._backward.plan(y, dy)
+    assert plan.launches[0].kernel is helpers.kernels.softmax_backward_looped_kernel
+    assert_backward_ok(helpers.softmax_backward(y, dy), y, dy)
+    y, dy = pair((2, 64))
+    assert backward_plan(helpers.launch.Rows.of(y, dy)).launches[0].kernel is helpers.kernels.softmax_backward_tiled_kernel
+
+
+def test_looped_kernel_over_many_blocks():
+    y, dy = pair((3, 1000), scale=1.0)
+    for block in (32, 128, 1024):
+        assert_backward_ok(softmax_backward_looped(y, dy, block), y, dy)
+
+
+def test_empty_inputs():
+    for shape in [(0, 5), (3, 0)]:
+        y = torch.empty(shape, device=DEVICE)
+        out = helpers.softmax_backward(y, torch.empty(shape, device=DEVICE))
+        assert out.shape == y.shape
+
+
+def test_inputs_are_never_modified():
+    y, dy = pair((4, 21))
+    y0, dy0 = y.clone(), dy.clone()
+    helpers.softmax_backward(y, dy)
+    softmax_backward_looped(y, dy, 8)
+    assert torch.equal(y, y0) and torch.equal(dy, dy0)
+    x = torch.randn(4, 21, device=DEVICE, requires_grad=True)
+    x0 = x.detach().clone()
+    (helpers.softmax(x) * 2).sum().backward()
+    assert torch.equal(x.detach(), x0)
+
+
+def test_the_plan_is_cached_per_kind_of_tensor():
+    y, dy = pair((3, 12))
+    wrapper = helpers.kernels.backward._backward
+    helpers.softmax_backward(y, dy)
+    n = len(wrapper.cache)
+    y2, dy2 = pair((3, 12), seed=9)
+    assert_backward_ok(helpers.softmax_backward(y2, dy2), y2, dy2)
+    assert len(wrapper.cache) == n
+
+
+# --------------------------------------------------------------------------------------------
+# Bad inputs: clear errors that say what to do
+# --------------------------------------------------------------------------------------------
+
+
+def test_bad_inputs_and_their_messages(wrong_device_tensor):
+    y, dy = pair((3, 4))
+    with pytest.raises(ValueError, match=r"dy has shape \(4, 3\) but y has shape \(3, 4\)"):
+        helpers.softmax_backward(y, dy.t().contiguous())
+    with pytest.raises(TypeError, match=r"dy\.to\(y\.dtype\)"):
+        helpers.softmax_backward(y, dy.double())
+    with pytest.raises(TypeError, match="floating"):
+        helpers.softmax_backward(y, torch.ones(3, 4, dtype=torch.int64, device=DEVICE))
+    with pytest.raises(TypeError, match="floating"):
+        helpers.softmax_backward(torch.ones(3, 4, dtype=torch.int32, device=DEVICE), dy)
+    with pytest.raises(TypeError, match="must be a torch.Tensor"):
+        helpers.softmax_backward([[0.5, 0.5]], dy)
+    with pytest.raises(TypeError, match="dy must be a torch.Tensor"):
+        helpers.softmax_backward(y, 1.0)
+    with pytest.raises(ValueError, match="0-d"):
+        helpers.softmax_backward(torch.tensor(1.0, device=DEVICE), torch.tensor(1.0, device=DEVICE))
+    with pytest.raises(ValueError, match=r"dy is on device 'meta' but y is on .*dy\.to\(y\.device\)"):
+        helpers.softmax_backward(y, wrong_device_tensor)
+    with pytest.raises(ValueError, match="kernels run on"):
+        helpers.softmax_backward(wrong_device_tensor, wrong_device_tensor)
+
+
+def test_bad_options():
+    y, dy = pair((3, 4))
+    with pytest.raises(ValueError, match="power of two"):
+        softmax_backward_tiled(y, dy, 3)
+    with pytest.raises(ValueError, match="block_m must be an int"):
+        softmax_backward_tiled(y, dy, 0)
+    with pytest.raises(ValueError, match="power of two"):
+        softmax_backward_looped(y, dy, 24)
+    with pytest.raises(TypeError, match="block_size must be an int"):
+        softmax_backward_looped(y, dy, 16.0)
+    long_y = torch.empty(1, BACKWARD_TILED_MAX_COLS + 1, device=DEVICE)
+    with pytest.raises(ValueError, match="helpers.softmax_backward"):
+        softmax_backward_tiled(long_y, long_y)
+
+
+def test_softmax_bad_inputs_still_get_clear_errors(wrong_device_tensor):
+    with pytest.raises(TypeError, match="must be a torch.Tensor"):
+        helpers.softmax([1.0, 2.0])
+    with pytest.raises(ValueError, match="0-d"):
+        helpers.softmax(torch.tensor(1.0, device=DEVICE, requires_grad=True))
+    with pytest.raises(ValueError, match="kernels run on"):
+        helpers.softmax(wrong_device_tensor.requires_grad_())
+
+
+# --------------------------------------------------------------------------------------------
+# Autograd through helpers.softmax (the operator)
+# --------------------------------------------------------------------------------------------
+
+
+def test_gradcheck_float64():
+    x = torch.randn(2, 5, dtype=torch.float64, device=DEVICE, requires_grad=True)
+    assert torch.autograd.gradcheck(helpers.softmax, (x,))
+
+
+def test_gradgradcheck_float64():
+    x = torch.randn(2, 4, dtype=torch.float64, device=DEVICE, requires_grad=True)
+    assert torch.autograd.gradgradcheck(helpers.softmax, (x,))
+
+
+def test_operators_pass_opcheck():
+    x = torch.randn(3, 7, device=DEVICE, requires_grad=True)
+    for name, res in torch.library.opcheck(torch.ops.softmax_course.softmax.default, (x,)).items():
+        assert res == "SUCCESS", name
+    y, dy = pair((3, 7))
+    args = (y.requires_grad_(), dy.requires_grad_())
+    for name, res in torch.library.opcheck(torch.ops.softmax_course.softmax_backward.default, args).items():
+        assert res == "SUCCESS", name
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(3, 5), (2, 3, 17)])
+def test_values_and_gradients_match_torch(shape, dtype):
+    g = torch.Generator().manual_seed(7)
+    x0 = (torch.randn(shape, generator=g) * 2).to(dtype).to(DEVICE)
+    w = torch.randn(shape[-1], generator=g).to(dtype).to(DEVICE)
+    x1, x2 = x0.clone().requires_grad_(), x0.clone().requires_grad_()
+    y1 = helpers.softmax(x1)
+    (y1 * w).sum().backward()
+    y2 = torch.softmax(x2.float(), dim=-1).to(dtype)  # torch's reference, computed in fp32 like ours
+    (y2 * w).sum().backward()
+    atol, rtol = TOL[dtype]
+    assert type(y1.grad_fn).__name__ == "SoftmaxFunctionBackward"
+    torch.testing.assert_close(y1, y2, atol=atol, rtol=rtol)
+    torch.testing.assert_close(x1.grad.float(), x2.grad.float(), atol=max(atol, 1e-6) * 4, rtol=rtol * 4)
+
+
+def test_a_non_contiguous_input_and_grad():
+    x = torch.randn(12, 7, device=DEVICE).t().requires_grad_()  # (7, 12), strides (1, 7)
+    gy = torch.randn(12, 7, device=DEVICE).t()
+    y = helpers.softmax(x)
+    (dx,) = torch.autograd.grad(y, x, gy)
+    x2 = x.detach().clone().requires_grad_()
+    (dx2,) = torch.autograd.grad(torch.softmax(x2, -1), x2, gy)
+    torch.testing.assert_close(dx, dx2, atol=1e-6, rtol=1e-5)
+
+
+# --------------------------------------------------------------------------------------------
+# The no-grad fast path
+# --------------------------------------------------------------------------------------------
+
+
+class Spy:
+    def __init__(self, fn):
+        self.fn, self.calls = fn, 0
+
+    def __call__(self, x):
+        self.calls += 1
+        return self.fn(x)
+
+
+def test_the_no_grad_path_launches_directly(monkeypatch):
+    spy = Spy(dispatch._softmax)
+    monkeypatch.setattr(dispatch, "_softmax", spy)
+    x = torch.randn(3, 9, device=DEVICE)
+    ref = torch.softmax(x.double(), -1)
+    cases = [(x, None), (x.clone().requires_grad_(), "no_grad"), (x.clone().requires_grad_(), "inference")]
+    for t, mode in cases:
+        if mode == "no_grad":
+            with torch.no_grad():
+                y = helpers.softmax(t)
+        elif mode == "inference":
+            with torch.inference_mode():
+                y = helpers.softmax(t)
+        else:
+            y = helpers.softmax(t)
+        assert y.grad_fn is None
+        torch.testing.assert_close(y.double(), ref, atol=1e-6, rtol=1e-5)
+    assert spy.calls == len(cases)
+    y = helpers.softmax(x.clone().requires_grad_())  # eager autograd: the Function, around the same kernels
+    assert spy.calls == len(cases) + 1 and type(y.grad_fn).__name__ == "SoftmaxFunctionBackward"
+
+
+def test_eager_function_and_operator_agree():
+    """helpers.softmax's eager autograd (SoftmaxFunction) and the operator torch.compile uses give
+    the same values, gradients and second derivatives."""
+    g = torch.Generator().manual_seed(4)
+    x0 = torch.randn(3, 11, generator=g, dtype=torch.float64).to(DEVICE)
+    v = torch.randn(3, 11, generator=g, dtype=torch.float64).to(DEVICE)
+    outs = []
+    for fn in (helpers.softmax, torch.ops.softmax_course.softmax):
+        x = x0.clone().requires_grad_()
+        y = fn(x)
+        (gx,) = torch.autograd.grad((y * v).sum(), x, create_graph=True)
+        (ggx,) = torch.autograd.grad((gx * v).sum(), x)
+        outs.append((y.detach(), gx.detach(), ggx))
+    for a, b in zip(*outs):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-10)
+    x = x0.clone().requires_grad_()
+    (gx,) = torch.autograd.grad((torch.softmax(x, -1) * v).sum(), x, create_graph=True)
+    (ggx,) = torch.autograd.grad((gx * v).sum(), x)
+    torch.testing.assert_close(outs[0][2], ggx, atol=1e-12, rtol=1e-10)
+
+
+# --------------------------------------------------------------------------------------------
+# torch.compile
+# --------------------------------------------------------------------------------------------
+
+
+def test_compile_fullgraph_values_and_gradients():
+    torch._dynamo.reset()
+    g = torch.Generator().manual_seed(11)
+    x0 = torch.randn(2, 3, 10, generator=g).to(DEVICE)
+    w = torch.randn(10, generator=g).to(DEVICE)
+
+    def f(x, sm):
+        return (sm(x) * w).sum()
+
+    compiled = torch.compile(lambda x: f(x, helpers.softmax), fullgraph=True, backend="aot_eager")
+    x1, x2 = x0.clone().requires_grad_(), x0.clone().requires_grad_()
+    v1 = compiled(x1)
+    v1.backward()
+    v2 = f(x2, lambda t: torch.softmax(t, -1))
+    v2.backward()
+    torch.testing.assert_close(v1, v2, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(x1.grad, x2.grad, atol=1e-6, rtol=1e-5)
+
+
+def test_compile_sees_one_node_each_way_and_no_graph_break():
+    x = torch.randn(3, 6, device=DEVICE, requires_grad=True)
+    w = torch.randn(6, device=DEVICE)
+    _, graphs = lesson08.compiled_graphs(lambda x, w: (helpers.softmax(x) * w).sum(), x, w)
+    fw = [str(n.target) for n in graphs["forward"].graph.nodes if n.op == "call_function"]
+    bw = [str(n.target) for n in graphs["backward"].graph.nodes if n.op == "call_function"]
+    assert fw.count("softmax_course.softmax.default") == 1
+    assert bw.count("softmax_course.softmax_backward.default") == 1
+    explained = torch._dynamo.explain(lambda x: helpers.softmax(x) * 2)(x)
+    assert explained.graph_break_count == 0 and explained.graph_count == 1
+
+
+def test_compile_without_grad_still_uses_the_operator():
+    torch._dynamo.reset()
+    x = torch.randn(4, 5, device=DEVICE)
+    f = torch.compile(lambda t: helpers.softmax(t) + 1, fullgraph=True, backend="aot_eager")
+    torch.testing.assert_close(f(x), torch.softmax(x, -1) + 1, atol=1e-6, rtol=1e-5)
+
+
+# --------------------------------------------------------------------------------------------
+# The GPU benchmark's logic, on the CPU with fake timers
+# --------------------------------------------------------------------------------------------
+
+
+def test_bench_rows_fractions_and_failures():
+    times = {"copy": 2.0, "course": 3.0, "torch_backward": 6.0, "wrong": 1.0}
+    provs = dict(backward_bench.providers())
+    provs = {k: provs[k] for k in ("copy", "course", "torch_backward")}
+    provs["wrong"] = lambda y, dy, out: y * dy  # forgets the - sum(y * dy) term
+    order = []
+
+    def timing(key):
+        def t(call):
+            call()  # sets current[0] to the provider being timed
+            order.append(key)
+            return times[current[0]] * (1000 if key == "host_us" else 1)
+        return t
+
+    current = [None]
+    wrapped = {}
+    for name, fn in provs.items():
+        def w(y, dy, out, fn=fn, name=name):
+            current[0] = name
+            return fn(y, dy, out)
+        wrapped[name] = w
+    timers = {"ms": timing("ms"), "graph_ms": timing("graph_ms"), "host_us": timing("host_us")}
+    rows = backward_bench.measure(4, 33, torch.float32, wrapped, timers=timers, device=DEVICE)
+    by = {r["provider"]: r for r in rows}
+    assert [tuple(r.keys()) for r in rows] == [backward_bench.COLUMNS] * 4
+    assert by["copy"]["frac_of_copy"] == 1.0 and by["copy"]["status"] == "ok"
+    assert by["course"]["status"] == "ok" and by["course"]["max_err"] < 1e-6
+    assert math.isclose(by["course"]["frac_of_copy"], 1.5 * 2.0 / 3.0)
+    assert math.isclose(by["torch_backward"]["graph_frac"], 1.5 * 2.0 / 6.0)
+    assert by["course"]["host_us"] == 3000.0
+    assert by["wrong"]["status"].startswith("wrong") and math.isnan(by["wrong"]["ms"])
+    assert len(order) == 3 * 3  # three timers for each of the three right providers
+
+
+def test_bench_a_failing_timer_is_reported_not_raised():
+    def boom(call):
+        raise RuntimeError("capture failed")
+    rows = backward_bench.measure(2, 16, torch.float32, timers={"ms": lambda call: 1.0, "graph_ms": boom}, device=DEVICE)
+    for r in rows:
+        assert r["ms"] == 1.0 and math.isnan(r["graph_ms"]) and "capture failed" in r["status"]
+        assert math.isnan(r["graph_frac"])
+
+
+def test_bench_bfloat16_tolerance_accepts_the_course_and_torch():
+    rows = backward_bench.measure(3, 50, torch.bfloat16, timers={}, device=DEVICE)
+    assert all(r["status"] == "ok" for r in rows), [(r["provider"], r["status"]) for r in rows]
+
+
+@pytest.mark.skipif(helpers.ON_GPU, reason="on a GPU the benchmark runs for real")
+def test_bench_without_a_gpu_says_so(tmp_path):
+    out = tmp_path / "backward.csv"
+    r = subprocess.run([sys.executable, "-m", "helpers.backward_bench", str(out)], cwd=ROOT, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2 and "needs an NVIDIA GPU" in r.stderr and not out.exists()
+
+
+def test_the_recording_is_not_faked():
+    """figures/data/backward.csv comes from a GPU run or does not exist."""
+    p = gpu_data.DATA_DIR / "backward.csv"
+    if p.exists():
+        rows, meta = gpu_data.read_csv(p)
+        assert "helpers.backward_bench" in meta.get("command", "") and "CPU" not in meta.get("gpu", "CPU")
