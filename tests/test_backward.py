@@ -175,7 +175,7 @@ def test_bad_options():
     y, dy = pair((3, 4))
     with pytest.raises(ValueError, match="power of two"):
         softmax_backward_tiled(y, dy, 3)
-    with pytest.raises(ValueError, match="block_m must be an int"):
+    with pytest.raises(ValueError, match="block_m must be a positive int"):
         softmax_backward_tiled(y, dy, 0)
     with pytest.raises(ValueError, match="power of two"):
         softmax_backward_looped(y, dy, 24)
