@@ -318,14 +318,20 @@ def _direct_call(plan: Plan, rows: Rows, inputs: tuple) -> Callable:
                 return out
         return call
 
+    launches = [(d.launch, *d.grid, d.function, d.coop, d.pdl, d.packed, d.idx, d.rest) for d in directs]
+    copy_any = rows.copy or rows.copy2
+
     def call(*inputs):
         out = torch.empty_like(inputs[0], memory_format=fmt)
-        ws = workspace(rows) if workspace else ()
-        ptrs = (out.data_ptr(), *(t.data_ptr() for t in _inputs2d(rows, inputs)), *(w.data_ptr() for w in ws))
+        ptrs = [out.data_ptr()]
+        for t in _inputs2d(rows, inputs) if copy_any else inputs:
+            ptrs.append(t.data_ptr())
+        ws = workspace(rows) if workspace is not None else ()  # kept alive until every launch is queued
+        for w in ws:
+            ptrs.append(w.data_ptr())
         stream = raw_stream(dev)
-        for d in directs:
-            d.launch(*d.grid, stream, d.function, d.coop, d.pdl, None, None, d.packed, None, None, None,
-                     *(ptrs[i] for i in d.idx), *d.rest)
+        for launch, gx, gy, gz, fn, coop, pdl, packed, idx, rest in launches:
+            launch(gx, gy, gz, stream, fn, coop, pdl, None, None, packed, None, None, None, *[ptrs[i] for i in idx], *rest)
         return out
 
     return call
@@ -362,8 +368,8 @@ class RowSoftmax:
 
     def __call__(self, x, *options):
         try:
-            key = (x.dtype, x.shape, x.stride(), x.get_device(), x.is_cuda, x.is_cpu, x.data_ptr() % 16 == 0,
-                   _option_key(options))
+            key = (x.dtype, x.shape, x.stride(), x.get_device(), x.is_cuda, x.is_cpu, not x.data_ptr() & 15,
+                   options and _option_key(options))
             entry = self.cache[key]
         except (KeyError, AttributeError, TypeError):
             return self._resolve((x,), options)
@@ -385,8 +391,8 @@ class RowSoftmax:
     def _key(self, inputs, options):
         parts = []
         for t in inputs:
-            parts += [t.dtype, t.shape, t.stride(), t.get_device(), t.is_cuda, t.is_cpu, t.data_ptr() % 16 == 0]
-        return (*parts, _option_key(options))
+            parts += [t.dtype, t.shape, t.stride(), t.get_device(), t.is_cuda, t.is_cpu, not t.data_ptr() & 15]
+        return (*parts, options and _option_key(options))
 
     def _resolve(self, inputs, options):
         self.check(*inputs)
@@ -439,9 +445,9 @@ class RowSoftmax2(RowSoftmax):
 
     def __call__(self, a, b, *options):
         try:
-            key = (a.dtype, a.shape, a.stride(), a.get_device(), a.is_cuda, a.is_cpu, a.data_ptr() % 16 == 0,
-                   b.dtype, b.shape, b.stride(), b.get_device(), b.is_cuda, b.is_cpu, b.data_ptr() % 16 == 0,
-                   _option_key(options))
+            key = (a.dtype, a.shape, a.stride(), a.get_device(), a.is_cuda, a.is_cpu, not a.data_ptr() & 15,
+                   b.dtype, b.shape, b.stride(), b.get_device(), b.is_cuda, b.is_cpu, not b.data_ptr() & 15,
+                   options and _option_key(options))
             entry = self.cache[key]
         except (KeyError, AttributeError, TypeError):
             return self._resolve((a, b), options)

@@ -16,10 +16,10 @@ def _launch(x, slice_cols, rows_per_round, max_spin):
     M, N = x.shape
     n_slices = triton.cdiv(N, slice_cols)
     out = torch.full_like(x, float("nan"))
-    stats = torch.empty(M, n_slices, 2, device=DEVICE)
-    counts = torch.zeros(M + 1, dtype=torch.int32, device=DEVICE)
+    ws = torch.zeros(2 * M * n_slices + M + 1, dtype=torch.int32, device=DEVICE)
+    counts = ws[2 * M * n_slices:]  # after the (m, d) pairs: a counter per row, then the timeouts
     softmax_split_coop_kernel[(rows_per_round * n_slices,)](
-        out, x, stats, counts, x.stride(0), x.stride(1), out.stride(0), M, N, n_slices, rows_per_round,
+        out, x, ws, x.stride(0), x.stride(1), out.stride(0), M, N, n_slices, rows_per_round,
         SLICE=slice_cols, SLICES_P2=triton.next_power_of_2(n_slices), MAX_SPIN=max_spin,
         **({"launch_cooperative_grid": True} if helpers.ON_GPU else {}))
     return out, counts

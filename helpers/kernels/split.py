@@ -119,7 +119,7 @@ def softmax_split(x, slices=None, block_size=None):
 
 @triton.jit
 def softmax_split_coop_kernel(
-    out_ptr, in_ptr, stats_ptr, count_ptr,
+    out_ptr, in_ptr, ws_ptr,
     in_row_stride, in_col_stride, out_row_stride,
     n_rows, n_cols, n_slices, rows_per_round,
     SLICE: tl.constexpr,  # columns per program: the slice stays in registers between the phases
@@ -128,8 +128,11 @@ def softmax_split_coop_kernel(
 ):
     # Program p owns slice p % n_slices of one row per round; all programs are resident at once
     # (the grid is sized from the compiled kernel's occupancy), so waiting for the other slices of
-    # the same row cannot deadlock. count_ptr[row] counts the slices published for each row;
-    # count_ptr[n_rows] counts the programs that gave up waiting (0 in a healthy launch).
+    # the same row cannot deadlock. The workspace (int32, zeroed) holds the (m, d) pairs as float32,
+    # then a counter per row of the slices published, then a count of the programs that gave up
+    # waiting (0 in a healthy launch).
+    stats_ptr = ws_ptr.to(tl.pointer_type(tl.float32))
+    count_ptr = ws_ptr + 2 * n_rows * n_slices
     pid = tl.program_id(0)
     s = pid % n_slices
     cols = s * SLICE + tl.arange(0, SLICE)
@@ -210,7 +213,7 @@ def coop_plan(rows, slice_cols=None, num_warps=None):
     n_slices = triton.cdiv(rows.n_cols, slice_cols)
     args = (rows.in_row_stride, rows.in_col_stride, rows.out_row_stride, rows.n_rows, rows.n_cols, n_slices, 1)
     constexprs = dict(SLICE=slice_cols, SLICES_P2=triton.next_power_of_2(n_slices), MAX_SPIN=MAX_SPIN)
-    compiled = softmax_split_coop_kernel.warmup(rows.dtype, rows.dtype, torch.float32, torch.int32, *args,
+    compiled = softmax_split_coop_kernel.warmup(rows.dtype, rows.dtype, torch.int32, *args,
                                                 grid=(1,), **constexprs, num_warps=num_warps,
                                                 launch_cooperative_grid=True)
     info = compiled_occupancy(compiled, num_warps)
@@ -218,11 +221,11 @@ def coop_plan(rows, slice_cols=None, num_warps=None):
         return Plan(delegate=softmax_split, info=info)  # a row needs more programs than can be resident at once
     rows_per_round = max(1, min(rows.n_rows, info["programs"] // n_slices))
     return Plan(
-        [Launch(softmax_split_coop_kernel, grid=(rows_per_round * n_slices,), ptrs=(OUT, IN, WS[0], WS[1]),
+        [Launch(softmax_split_coop_kernel, grid=(rows_per_round * n_slices,), ptrs=(OUT, IN, WS[0]),
                 args=args[:-1] + (rows_per_round,), constexprs=constexprs, num_warps=num_warps, cooperative=True)],
-        # fresh on every call: the (m, d) pairs, and the zeroed counters of the grid-wide wait
-        workspace=lambda rows: (torch.empty((rows.n_rows, n_slices, 2), dtype=torch.float32, device=rows.device),
-                                torch.zeros(rows.n_rows + 1, dtype=torch.int32, device=rows.device)),
+        # fresh and zeroed on every call, in one allocation: the (m, d) pairs, the counters of the wait
+        workspace=lambda rows: (torch.zeros(2 * rows.n_rows * n_slices + rows.n_rows + 1, dtype=torch.int32,
+                                            device=rows.device),),
         info={**info, "slices": n_slices, "slice_cols": slice_cols, "rows_per_round": rows_per_round},
     )
 
