@@ -60,10 +60,11 @@ def sweep(shapes=None, dtypes=("float32", "bfloat16"), provs=None, out_name=None
     provs = providers() if provs is None else provs
     _warm_gpu()
     rows = []
+    name = out_name or f"bench_{gpu_short_name()}"
+    meta = provenance("python -m helpers.bench sweep")
     for d, (M, N) in progress([(d, s) for d in dtypes for s in shapes], "bench"):
         rows += measure_shape(M, N, DTYPES[d], provs)
-    name = out_name or f"bench_{gpu_short_name()}"
-    path = write_csv(DATA_DIR / f"{name}.csv", rounded(rows), provenance("python -m helpers.bench sweep"))
+        path = write_csv(DATA_DIR / f"{name}.csv", rounded(rows), meta)  # after every shape: a cut-off run keeps its cells
     print(f"wrote {path}", file=sys.stderr)
     return path
 
