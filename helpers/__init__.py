@@ -27,6 +27,7 @@ from .kernels import (
     softmax_split_coop,
     softmax_three_pass,
     softmax_tiled,
+    attention,
 )
 from .show import show_source
 
@@ -36,5 +37,5 @@ __all__ = [
     "naive_softmax_rowwise", "reference_softmax", "stable_softmax",
     "INTERPRETER_PROGRAMS", "MAX_FUSED_COLS", "gpu_props", "num_warps_for", "occupancy", "softmax",
     "softmax_fused", "softmax_online", "softmax_persistent", "softmax_split", "softmax_split_coop",
-    "softmax_three_pass", "softmax_tiled", "show_source",
+    "softmax_three_pass", "softmax_tiled", "show_source", "attention",
 ]

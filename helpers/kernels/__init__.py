@@ -6,6 +6,7 @@ teaches it (``tools/export.py``: edit the notebook's cells, then run ``make expo
 - ``persistent``  lesson 05: a persistent grid sized from the compiled kernel; the tiled kernel.
 - ``split``       lesson 06: one row split across programs: two launches, or one cooperative launch.
 - ``dispatch``    ``softmax``: the course's best answer for any shape (written by hand).
+- ``attention``   lesson 07: FlashAttention's forward pass, the online softmax with an output accumulator.
 
 Every wrapper takes a floating tensor of any shape (at least one dimension) and returns the
 softmax over its last dimension: same shape, dtype and device, a new tensor (the input is never
@@ -22,3 +23,4 @@ from .persistent import (persistent_plan, softmax_persistent, softmax_persistent
 from .split import (MAX_SPIN, coop_plan, softmax_split, softmax_split_coop, softmax_split_coop_kernel,
                     softmax_split_normalize_kernel, softmax_split_stats_kernel, split_plan, two_launch_plan)
 from .dispatch import TILED_MAX_COLS, softmax, softmax_plan  # noqa: E402  (after the families it chooses from)
+from .attention import HEAD_DIMS, attention, attention_plan, naive_attention  # noqa: E402  (lesson 07)
