@@ -502,7 +502,8 @@ def attention_data(live: bool | None = None, path=None):
 
 
 def _ok(r) -> bool:
-    return r.get("status") == "ok" and isinstance(r.get("graph_tflops"), (int, float)) and r["graph_tflops"] == r["graph_tflops"]
+    t = r.get("graph_tflops")
+    return r.get("status") == "ok" and isinstance(t, (int, float)) and t == t and t > 0
 
 
 def _cell(rows, dtype, D, causal, S, provider, col="graph_tflops"):
@@ -598,7 +599,7 @@ def plot_tflops(data, dtype: str = "float16"):
                 pts = sorted((r["S"], r["graph_tflops"]) for r in rs if r["provider"] == p and r["D"] == D
                              and int(r["causal"]) == causal and _ok(r))
                 if pts:
-                    ax.plot([s for s, _ in pts], [t for _, t in pts], "o-", ms=4, lw=2.2 if p == "course" else 1.2,
+                    ax.plot([s for s, _ in pts], [t for _, t in pts], marker="o", ms=4, lw=2.2 if p == "course" else 1.2,
                             color=LINE_COLORS[p], label=LABELS[p], ls="--" if p == "sdpa" else "-")
             ax.set_xscale("log", base=2)
             Ss = sorted({r["S"] for r in rs})
