@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from . import gpu_data, plots
 from .exercises import Wrong, call_attempt, check, expect_close, fmt, guarded, run_learner_kernel
 from .kernels.attention import attention, attention_config, attention_plan
-from .mode import DEVICE, ON_GPU
+from .mode import DEVICE, INTERPRETER, ON_GPU
 
 NEG_INF = float("-inf")
 LOG2E = 1.4426950408889634
@@ -103,7 +103,7 @@ def print_memory_table(rows: list[dict] | None = None, heads: int = 64, d: int =
     """Memory of the naive and blockwise versions against an 80 GB H100 and a 141 GB H200."""
     rows = rows or memory_rows(heads=heads, d=d)
     print(f"fp16, batch x heads = {heads}, D = {d}, Sq = Sk = S; GB = 1e9 bytes")
-    head = (f"{'S':>5} {'q,k,v,out':>10} {'one S x S':>10} {'naive peak':>11} {'fits 80 GB':>11} "
+    head = (f"{'S':>5} {'q,k,v,out':>10} {'scores':>10} {'naive peak':>11} {'fits 80 GB':>11} "
             f"{'fits 141 GB':>12} {'blockwise':>10}")
     print(head)
     print("-" * len(head))
@@ -112,6 +112,8 @@ def print_memory_table(rows: list[dict] | None = None, heads: int = 64, d: int =
         fit141 = "yes" if r["naive_peak_gb"] <= 141 else "no"
         print(f"{_k(r['S']):>5} {_gb(r['qkvo_gb']):>10} {_gb(r['scores_gb']):>10} {_gb(r['naive_peak_gb']):>11} "
               f"{fit80:>11} {fit141:>12} {_gb(r['flash_peak_gb']):>10}")
+    print("scores: the (S, S) matrices of all the heads; naive peak: q, k, v, out, scores and probabilities; "
+          "blockwise: q, k, v, out and the LSE")
 
 
 def print_traffic_table(rows: list[dict] | None = None, heads: int = 64, d: int = 128, block_m: int = 128) -> None:
@@ -179,6 +181,21 @@ def _err(e: float) -> str:
     if e == math.inf:
         return "inf"
     return f"< 1e{math.floor(math.log10(e)) + 1:+03d}".replace("+", "")
+
+
+def _err1(e: float) -> str:
+    """An error rounded up to one significant digit ('< 2e-02'): comparable with a tolerance."""
+    if e != e:
+        return "NaN"
+    if e == 0:
+        return "exact"
+    if e == math.inf:
+        return "inf"
+    exp = math.floor(math.log10(e))
+    digit = math.floor(e / 10**exp * (1 + 1e-9)) + 1
+    if digit == 10:
+        digit, exp = 1, exp + 1
+    return f"< {digit}e{exp:+03d}".replace("+", "")
 
 
 # --------------------------------------------------------------------------------------------
@@ -451,8 +468,8 @@ def run_correctness(attention_fn=attention, dtypes=(torch.float32, torch.float16
             lerr = (lse.cpu().double() - ref_lse).abs()
             ok &= bool((lerr <= LSE_TOL[0] + LSE_TOL[1] * ref_lse.abs()).all()) and lse.dtype == torch.float32
             all_ok &= ok
-            print(f"{c['name']:<28} {str(dt).replace('torch.', ''):<9} {_err(err.max().item()):>10} "
-                  f"{atol:>10.0e} {_err(lerr.max().item()):>10}  {'yes' if ok else 'NO'}")
+            print(f"{c['name']:<28} {str(dt).replace('torch.', ''):<9} {_err1(err.max().item()):>10} "
+                  f"{atol:>10.0e} {_err1(lerr.max().item()):>10}  {'yes' if ok else 'NO'}")
     return all_ok
 
 
@@ -914,6 +931,9 @@ def _blockwise(q, k, v, scale, block_n, kind):
     return acc / l.unsqueeze(-1), (m + torch.log2(l)) * LN2
 
 
+#: The checker's tolerance: fp32 in the interpreter; on a GPU, tl.dot rounds fp32 inputs to TF32 by default.
+TOL_7_3 = 1e-4 if INTERPRETER else 1e-2
+
 HINTS_7_3 = {
     "no_rescale_acc": "acc is not rescaled: when the max grows, multiply acc by alpha = exp2(m_i - m_new) too, "
                       "as l_i (acc * alpha[:, None])",
@@ -948,21 +968,20 @@ def _trial_7_3(kernel) -> str:
         where = f"heads={heads}, Sq={sq}, Sk={sk}, D={d}, blocks {bm} x {bn}"
         if torch.isnan(o64).all():
             raise Wrong(f"on {where}: nothing was stored in out: tl.store the output o = acc / l_i[:, None]")
-        out_ok = torch.allclose(o64, want, atol=1e-4, rtol=1e-4)
-        lse_ok = torch.allclose(l64, want_lse, atol=1e-4, rtol=1e-5)
+        tol = TOL_7_3
+        out_ok = torch.allclose(o64, want, atol=tol, rtol=tol)
+        lse_ok = torch.allclose(l64, want_lse, atol=tol, rtol=tol / 10)
         if out_ok and lse_ok:
             continue
         for kind, hint in HINTS_7_3.items():
             co, cl = _blockwise(q.cpu(), k.cpu(), v.cpu(), scale, bn, kind)
-            if not out_ok and torch.allclose(o64, co, atol=1e-4, rtol=1e-4):
+            if not out_ok and torch.allclose(o64, co, atol=tol, rtol=tol):
                 raise Wrong(f"on {where}: {hint}")
         if out_ok and torch.isnan(l64).all():
             raise Wrong(f"on {where}: nothing was stored in lse: tl.store the row's log-sum-exp (natural log)")
-        if out_ok and torch.allclose(l64, want_lse / LN2, atol=1e-4, rtol=1e-5):
+        if out_ok and torch.allclose(l64, want_lse / LN2, atol=tol, rtol=tol / 10):
             raise Wrong(f"on {where}: your LSE is in log2 units (m_i + log2(l_i)); the LSE is a natural log: "
                         f"multiply by ln 2 = 0.6931...")
-        if out_ok and torch.allclose(l64, want_lse * LOG2E * LOG2E, atol=1e-4, rtol=1e-5):
-            raise Wrong(f"on {where}: your LSE mixes log bases: m_i is in log2 units, so lse = (m_i + log2(l_i)) * ln 2")
         if out_ok:
             raise Wrong(f"on {where}: the output is right but the LSE is not: expected {fmt(want_lse[0, :4])}... "
                         f"got {fmt(lse.cpu()[0, :4])}... (lse = (m_i + tl.log2(l_i)) * ln 2)")
