@@ -122,14 +122,16 @@ class AttentionConfig(NamedTuple):
     num_stages: int  # K/V blocks in flight (software pipelining on a GPU)
 
 
-def attention_config(dtype, head_dim):
-    """The tile sizes: 128 query rows and 64 keys on a GPU in 16-bit types (one fp32 accumulator
-    row of HEAD_DIM per query row stays in registers), smaller in fp32, whose tl.dot has no tensor
-    cores; small tiles in the interpreter, so that short sequences still loop over several blocks."""
-    if INTERPRETER:
+def attention_config(dtype, head_dim, interpreter=INTERPRETER):
+    """The tile sizes. On a GPU in 16-bit types: 128 query rows and 64 keys, 4 warps (8 for D = 128,
+    where 4 warps would spill registers); in fp32, whose exact ("ieee") tl.dot runs without tensor
+    cores and needs far more registers, small tiles. In the interpreter, small tiles too, so that
+    short sequences still loop over several blocks. (Compiled for an H100 by Triton 3.9, none of
+    the GPU configurations spills registers: tests/test_attention.py checks it without a GPU.)"""
+    if interpreter:
         return AttentionConfig(32, 16, 4, 1)
     if dtype == torch.float32:
-        return AttentionConfig(64, 32, 4, 2)
+        return AttentionConfig(32, 16 if head_dim == 128 else 32, 4, 2)
     if head_dim == 128:
         return AttentionConfig(128, 64, 8, 3)
     return AttentionConfig(128, 64, 4, 3)
