@@ -164,12 +164,14 @@ def plot_memory(rows: list[dict] | None = None, heads: int = 64, d: int = 128):
 def naive_vs_reference(naive_fn, seed: int = 0) -> None:
     """Run ``naive_fn`` on a few small float32 inputs and print its error against float64 SDPA."""
     g = torch.Generator().manual_seed(seed)
+    lines = []
     for lead, Sq, Sk, d, causal in (((2, 3), 5, 7, 16, False), ((2, 3), 6, 6, 16, True), ((4,), 1, 9, 32, False)):
         q, k, v = (torch.randn(*lead, n, d, generator=g) for n in (Sq, Sk, Sk))
         ref, _ = reference_attention(q, k, v, causal)
         err = (naive_fn(q, k, v, causal=causal).double() - ref).abs().max().item()
-        print(f"q {tuple(q.shape)}, k and v {tuple(k.shape)}, causal={causal!s:<5}: "
-              f"max abs error against float64 SDPA {_err(err)}")
+        lines.append(f"q {tuple(q.shape)}, k and v {tuple(k.shape)}, causal={causal!s:<5}: "
+                     f"max abs error against float64 SDPA {_err(err)}")
+    print("\n".join(lines))
 
 
 def _err(e: float) -> str:
@@ -454,7 +456,7 @@ def run_correctness(attention_fn=attention, dtypes=(torch.float32, torch.float16
     """Run ``attention_fn`` (with return_lse=True) on every case and dtype; print the max error of
     the output and of the LSE against float64, and whether each is within its tolerance: the dtype's
     (TOLERANCES) plus what fp32 scores of that size can be off by (score_tolerance)."""
-    print(f"{'case':<28} {'dtype':<9} {'out error':>10} {'tolerance':>10} {'LSE error':>10}  ok")
+    lines = [f"{'case':<28} {'dtype':<9} {'out error':>10} {'tolerance':>10} {'LSE error':>10}  ok"]
     all_ok = True
     for c in correctness_cases():
         for dt in dtypes:
@@ -468,8 +470,9 @@ def run_correctness(attention_fn=attention, dtypes=(torch.float32, torch.float16
             lerr = (lse.cpu().double() - ref_lse).abs()
             ok &= bool((lerr <= LSE_TOL[0] + LSE_TOL[1] * ref_lse.abs()).all()) and lse.dtype == torch.float32
             all_ok &= ok
-            print(f"{c['name']:<28} {str(dt).replace('torch.', ''):<9} {_err1(err.max().item()):>10} "
-                  f"{atol:>10.0e} {_err1(lerr.max().item()):>10}  {'yes' if ok else 'NO'}")
+            lines.append(f"{c['name']:<28} {str(dt).replace('torch.', ''):<9} {_err1(err.max().item()):>10} "
+                         f"{atol:>10.0e} {_err1(lerr.max().item()):>10}  {'yes' if ok else 'NO'}")
+    print("\n".join(lines))  # at once: the stored output does not depend on when the kernels finished
     return all_ok
 
 
@@ -482,12 +485,13 @@ def large_scores_demo(naive_fn, attention_fn=attention) -> None:
     v = torch.randn(1, 48, 64, generator=g).half()
     s = q.float() @ k.float().transpose(-2, -1)
     ref, _ = reference_attention(q, k, v)
-    print(f"largest |q . k| = {s.abs().max().item():,.0f} (float16 holds at most 65,504)")
+    lines = [f"largest |q . k| = {s.abs().max().item():,.0f} (float16 holds at most 65,504)"]
     for name, fn in (("naive, fp16", naive_fn), ("kernel, fp16", attention_fn)):
         out = fn(q.to(DEVICE), k.to(DEVICE), v.to(DEVICE)).cpu()
         n_nan = int(torch.isnan(out).sum())
         err = (out.double() - ref).abs().nan_to_num(nan=math.inf).max().item()
-        print(f"{name:<13}: {n_nan:>5} NaN of {out.numel()}, max abs error {_err(err)}")
+        lines.append(f"{name:<13}: {n_nan:>5} NaN of {out.numel()}, max abs error {_err(err)}")
+    print("\n".join(lines))
 
 
 # --------------------------------------------------------------------------------------------
@@ -682,14 +686,16 @@ def split_keys_demo(attention_fn=attention, parts: int = 3, seed: int = 0) -> fl
     v = torch.randn(2, 100, 64, generator=g).to(DEVICE)
     bounds = [round(i * k.shape[-2] / parts) for i in range(parts + 1)]
     o = lse = None
+    lines = []
     for a, b in zip(bounds, bounds[1:]):
         o_p, lse_p = attention_fn(q, k[..., a:b, :], v[..., a:b, :], return_lse=True)
-        print(f"keys {a:>3}-{b - 1:>3}: lse of query 0 = {lse_p[0, 0].item():.4f}")
+        lines.append(f"keys {a:>3}-{b - 1:>3}: lse of query 0 = {lse_p[0, 0].item():.4f}")
         o, lse = (o_p, lse_p) if o is None else merge_two(o, lse, o_p, lse_p)
     full, full_lse = attention_fn(q, k, v, return_lse=True)
     diff = max((o - full).abs().max().item(), (lse - full_lse).abs().max().item())
-    print(f"merged: lse of query 0 = {lse[0, 0].item():.4f}; one call over all keys: {full_lse[0, 0].item():.4f}")
-    print(f"max difference between the merged and the one-call output and LSE: {_err(diff)}")
+    lines.append(f"merged: lse of query 0 = {lse[0, 0].item():.4f}; one call over all keys: {full_lse[0, 0].item():.4f}")
+    lines.append(f"max difference between the merged and the one-call output and LSE: {_err(diff)}")
+    print("\n".join(lines))
     return diff
 
 
