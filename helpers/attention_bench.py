@@ -35,7 +35,6 @@ import argparse
 import math
 import sys
 import time
-from contextlib import nullcontext
 from pathlib import Path
 
 import torch

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from . import gpu_data, plots
 from .exercises import Wrong, call_attempt, check, expect_close, fmt, guarded, run_learner_kernel
-from .kernels.attention import attention, attention_config, attention_plan
+from .kernels.attention import attention, attention_plan
 from .mode import DEVICE, INTERPRETER, ON_GPU
 
 NEG_INF = float("-inf")
