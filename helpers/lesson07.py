@@ -544,32 +544,37 @@ def best_sdpa(rows, dtype, D, causal, S, col="graph_tflops"):
     return best
 
 
-def print_tflops_table(data, dtype: str = "float16", col: str = "graph_tflops") -> None:
+SHORT = {"course": "course", "sdpa": "SDPA", "sdpa_cudnn": "cuDNN", "sdpa_flash": "flash", "sdpa_efficient": "efficient",
+         "naive": "naive"}
+
+
+def print_tflops_table(data, dtypes=("float16", "bfloat16"), col: str = "graph_tflops") -> None:
     """TFLOP/s (GPU time) of the course's kernel, the fastest SDPA backend and the naive version,
-    per (D, causal, S); the last column is the course's fraction of the fastest SDPA."""
+    per (dtype, D, causal, S); the last column is the course's fraction of the fastest SDPA."""
     if data is None:
         print(MISSING)
         return
     rows, meta = data
     print(gpu_data.provenance_line(meta))
-    rs = [r for r in rows if r["dtype"] == dtype]
-    if not rs:
-        print(f"no {dtype} rows in the recording")
-        return
-    B, H = rs[0]["B"], rs[0]["H"]
-    print(f"{dtype}, B = {B}, H = {H}: TFLOP/s from GPU time (4 B H S^2 D per call, halved when causal)")
-    print(f"{'D':>4} {'causal':>6} {'S':>6} {'course':>8} {'best SDPA':>10} {'(backend)':<16} {'naive':>7} {'course/best':>12}")
-    for D in sorted({r["D"] for r in rs}):
-        for causal in (0, 1):
-            for S in sorted({r["S"] for r in rs if r["D"] == D and int(r["causal"]) == causal}):
-                c = _cell(rs, dtype, D, causal, S, "course")
-                n = _cell(rs, dtype, D, causal, S, "naive")
-                b = best_sdpa(rs, dtype, D, causal, S, col)
-                cv = f"{c[col]:.0f}" if c is not None and _ok(c) else ("-" if c is None else c["status"][:8])
-                nv = f"{n[col]:.0f}" if n is not None and _ok(n) else "-"
-                bv, bn = (f"{b[1]:.0f}", f"({LABELS[b[0]].replace('SDPA ', '')})") if b else ("-", "")
-                frac = f"{c[col] / b[1]:.2f}" if b and c is not None and _ok(c) else "-"
-                print(f"{D:>4} {'yes' if causal else 'no':>6} {_k(S):>6} {cv:>8} {bv:>10} {bn:<16} {nv:>7} {frac:>12}")
+    for dtype in (dtypes,) if isinstance(dtypes, str) else dtypes:
+        rs = [r for r in rows if r["dtype"] == dtype]
+        if not rs:
+            continue
+        B, H = rs[0]["B"], rs[0]["H"]
+        print(f"\n{dtype}, B = {B}, H = {H}: TFLOP/s from GPU time (4 B H S^2 D per call, halved when causal)")
+        print(f"{'D':>4} {'causal':>6} {'S':>6} {'course':>8} {'best SDPA':>10} {'(backend)':<12} {'naive':>7} "
+              f"{'course/best':>12}")
+        for D in sorted({r["D"] for r in rs}):
+            for causal in (0, 1):
+                for S in sorted({r["S"] for r in rs if r["D"] == D and int(r["causal"]) == causal}):
+                    c = _cell(rs, dtype, D, causal, S, "course")
+                    n = _cell(rs, dtype, D, causal, S, "naive")
+                    b = best_sdpa(rs, dtype, D, causal, S, col)
+                    cv = f"{c[col]:.0f}" if c is not None and _ok(c) else ("-" if c is None else c["status"][:8])
+                    nv = f"{n[col]:.0f}" if n is not None and _ok(n) else "-"
+                    bv, bn = (f"{b[1]:.0f}", f"({SHORT[b[0]]})") if b else ("-", "")
+                    frac = f"{c[col] / b[1]:.2f}" if b and c is not None and _ok(c) else "-"
+                    print(f"{D:>4} {'yes' if causal else 'no':>6} {_k(S):>6} {cv:>8} {bv:>10} {bn:<12} {nv:>7} {frac:>12}")
 
 
 def tflops_summary(data) -> None:
@@ -653,14 +658,14 @@ def print_peak_memory(data, dtype: str = "float16", D: int = 128, causal: int = 
     provs = [p for p in ("course", "sdpa") + SDPA_BACKENDS + ("naive",) if any(r["provider"] == p for r in rs)]
     print(f"{dtype}, D = {D}, {'causal' if causal else 'not causal'}: peak MiB allocated during one call "
           f"(the inputs not counted)")
-    print(f"{'S':>6} " + " ".join(f"{LABELS[p].replace('SDPA ', ''):>15}" for p in provs))
+    print(f"{'S':>6} " + " ".join(f"{SHORT[p]:>10}" for p in provs))
     for S in sorted({r["S"] for r in rs}):
         cells = []
         for p in provs:
             r = _cell(rs, dtype, D, causal, S, p)
             ok = r is not None and r.get("status") == "ok" and isinstance(r.get("peak_mib"), (int, float))
             cells.append(f"{r['peak_mib']:,.0f}" if ok else "-")
-        print(f"{_k(S):>6} " + " ".join(f"{c:>15}" for c in cells))
+        print(f"{_k(S):>6} " + " ".join(f"{c:>10}" for c in cells))
 
 
 # --------------------------------------------------------------------------------------------
