@@ -27,6 +27,7 @@ from .kernels import (
     softmax_split_coop,
     softmax_three_pass,
     softmax_tiled,
+    attention,
 )
 from .kernels import softmax_backward
 from . import ops  # noqa: E402  (registers torch.ops.softmax_course.*, which helpers.softmax routes autograd to)
@@ -38,5 +39,5 @@ __all__ = [
     "naive_softmax_rowwise", "reference_softmax", "stable_softmax",
     "INTERPRETER_PROGRAMS", "MAX_FUSED_COLS", "gpu_props", "num_warps_for", "occupancy", "softmax",
     "softmax_fused", "softmax_online", "softmax_persistent", "softmax_split", "softmax_split_coop",
-    "softmax_three_pass", "softmax_tiled", "show_source", "softmax_backward", "ops",
+    "softmax_three_pass", "softmax_tiled", "show_source", "softmax_backward", "ops", "attention",
 ]

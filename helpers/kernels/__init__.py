@@ -7,6 +7,7 @@ teaches it (``tools/export.py``: edit the notebook's cells, then run ``make expo
 - ``split``       lesson 06: one row split across programs: two launches, or one cooperative launch.
 - ``backward``    lesson 08: the gradient of softmax, dx = y * (dy - sum(y * dy)), from y and dy.
 - ``dispatch``    ``softmax``: the course's best answer for any shape (written by hand).
+- ``attention``   lesson 07: FlashAttention's forward pass, the online softmax with an output accumulator.
 
 Every wrapper takes a floating tensor of any shape (at least one dimension) and returns the
 softmax over its last dimension: same shape, dtype and device, a new tensor (the input is never
@@ -26,3 +27,4 @@ from .backward import (BACKWARD_TILED_MAX_COLS, backward_looped_plan, backward_p
                        softmax_backward, softmax_backward_looped, softmax_backward_looped_kernel,
                        softmax_backward_tiled, softmax_backward_tiled_kernel)
 from .dispatch import TILED_MAX_COLS, softmax, softmax_plan  # noqa: E402  (after the families it chooses from)
+from .attention import HEAD_DIMS, attention, attention_plan, naive_attention  # noqa: E402  (lesson 07)

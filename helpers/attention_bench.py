@@ -1,0 +1,383 @@
+"""Forward attention on a GPU: the course's kernel (lesson 07) against PyTorch's SDPA backends and
+the naive, materialised version.
+
+    python -m helpers.attention_bench figures/data/attention.csv          # the sweep lesson 07 shows
+    python -m helpers.attention_bench OUT.csv --quick                     # fp16, S = 1K and 4K only
+    python -m helpers.attention_bench OUT.csv --tune                      # the kernel's tile configurations
+
+The sweep: B = 4, H = 16 (64 heads), S = Sq = Sk in 1K..16K, D in (64, 128), float16 and bfloat16,
+causal and not. Providers, all in the same run:
+- ``course``: ``helpers.attention`` (lesson 07's kernel);
+- ``sdpa``: ``torch.nn.functional.scaled_dot_product_attention`` as PyTorch picks its backend;
+- ``sdpa_cudnn``, ``sdpa_flash``, ``sdpa_efficient``: one backend each (``torch.nn.attention.sdpa_kernel``;
+  a backend that refuses the inputs is recorded as ``refused: ...``);
+- ``naive``: ``helpers.kernels.naive_attention``, the scores materialised; only for S <= 8192 and when
+  its three (S, S) matrices fit in free memory.
+
+Rules:
+- inputs are random normal, fresh per shape; every provider's output is first checked in float64 on
+  a sample (two heads, up to 128 query rows spread over the sequence, the first and last included)
+  against a float64 computation of those rows; a provider that is wrong is recorded as such and not
+  timed (``max_err`` is that check's max abs error);
+- ``ms``: eager time, ``triton.testing.do_bench`` (median; host launch path included, L2 flushed
+  between calls); ``graph_ms``: GPU time, ``triton.testing.do_bench_cudagraph`` (median);
+- ``tflops`` and ``graph_tflops`` count 4 B H S^2 D floating-point operations per call (two matrix
+  products), halved when causal;
+- ``peak_mib``: the most memory allocated during one call beyond what was allocated before it
+  (the output included, the inputs not).
+
+Each CSV starts with ``# key: value`` provenance lines (``helpers.gpu_data.provenance``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from .gpu_data import provenance, write_csv
+from .kernels.attention import AttentionConfig, _launcher, attention, attention_plan, naive_attention
+from .mode import ON_GPU
+
+DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+PROVIDERS = ("course", "sdpa", "sdpa_cudnn", "sdpa_flash", "sdpa_efficient", "naive")
+COLUMNS = ("dtype", "B", "H", "S", "D", "causal", "provider", "ms", "tflops", "graph_ms", "graph_tflops",
+           "peak_mib", "max_err", "status")
+SEQS = (1024, 2048, 4096, 8192, 16384)
+NAIVE_MAX_S = 8192
+#: Max abs error allowed in the float64 check, by dtype (outputs are O(1); probabilities are
+#: rounded to the dtype before p @ v in every fused kernel).
+CHECK_ATOL = {torch.float16: 1e-2, torch.bfloat16: 6e-2, torch.float32: 1e-4}
+SAMPLE_ROWS = 128
+
+#: Progress lines on stderr: on for the command line only.
+VERBOSE = [False]
+
+
+def _log(*args) -> None:
+    if VERBOSE[0]:
+        print(*args, file=sys.stderr, flush=True)
+
+
+def require_gpu(what: str = "the attention benchmark") -> None:
+    if not ON_GPU:
+        print(f"{what} needs an NVIDIA GPU, and this machine has none (kernels would run in Triton's "
+              "interpreter, which says nothing about speed). Run it on a GPU machine; lesson 07 reads the "
+              "recording from figures/data/attention.csv.", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def flops(B: int, H: int, S: int, D: int, causal: bool, Sk: int | None = None) -> float:
+    """4 B H Sq Sk D (q k^T and p v, a multiply and an add each), halved when causal."""
+    f = 4.0 * B * H * S * (S if Sk is None else Sk) * D
+    return f / 2 if causal else f
+
+
+# --------------------------------------------------------------------------------------------
+# Providers
+# --------------------------------------------------------------------------------------------
+
+
+def _sdpa_backend(name: str):
+    from torch.nn.attention import SDPBackend
+
+    return {"sdpa_cudnn": SDPBackend.CUDNN_ATTENTION, "sdpa_flash": SDPBackend.FLASH_ATTENTION,
+            "sdpa_efficient": SDPBackend.EFFICIENT_ATTENTION}[name]
+
+
+def provider_fn(name: str, q, k, v, causal: bool):
+    """A no-argument function computing attention(q, k, v) with provider ``name``."""
+    if name == "course":
+        return lambda: attention(q, k, v, causal=causal)
+    if name == "naive":
+        return lambda: naive_attention(q, k, v, causal=causal)
+    if name == "sdpa":
+        return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    if name in ("sdpa_cudnn", "sdpa_flash", "sdpa_efficient"):
+        from torch.nn.attention import sdpa_kernel
+
+        backend = _sdpa_backend(name)
+
+        def fn():
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        return fn
+    raise ValueError(f"unknown provider {name!r}; choose from {PROVIDERS}")
+
+
+# --------------------------------------------------------------------------------------------
+# The float64 check on a sample
+# --------------------------------------------------------------------------------------------
+
+
+def sample_rows(S: int, n: int = SAMPLE_ROWS) -> torch.Tensor:
+    """Up to ``n`` query rows spread over [0, S), the first and the last included."""
+    if S <= n:
+        return torch.arange(S)
+    return torch.unique(torch.linspace(0, S - 1, n).round().long())
+
+
+def sample_reference(q, k, v, causal: bool, heads, rows) -> torch.Tensor:
+    """float64 attention of query ``rows`` of each (b, h) in ``heads``: (len(heads), len(rows), D)."""
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    out = []
+    for b, h in heads:
+        qs = q[b, h, rows].double()
+        s = (qs @ k[b, h].double().T) * scale
+        if causal:
+            cols = torch.arange(k.shape[-2], device=s.device)
+            s = s.masked_fill(cols[None, :] > rows.to(s.device)[:, None], float("-inf"))
+        out.append(torch.softmax(s, dim=-1) @ v[b, h].double())
+    return torch.stack(out)
+
+
+def max_error(out, ref, heads, rows) -> float:
+    got = torch.stack([out[b, h, rows].double() for b, h in heads])
+    err = (got - ref).abs()
+    return float("nan") if torch.isnan(err).any() else float(err.max())
+
+
+# --------------------------------------------------------------------------------------------
+# Timing and memory
+# --------------------------------------------------------------------------------------------
+
+
+def gpu_timer(rep: int = 25):
+    """(eager ms, graph ms) of a function: do_bench and do_bench_cudagraph, medians."""
+    import triton
+
+    def timer(fn):
+        eager = float(triton.testing.do_bench(fn, warmup=rep, rep=rep, return_mode="median"))
+        graph = float(triton.testing.do_bench_cudagraph(fn, rep=rep, return_mode="median"))
+        return eager, graph
+    return timer
+
+
+def gpu_peak_mib(fn) -> float:
+    """MiB allocated at most during one call of ``fn`` beyond what was allocated before it."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    out = fn()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - base
+    del out
+    return peak / 2**20
+
+
+def _free_bytes(device) -> int:
+    if torch.device(device).type != "cuda":
+        return 2**62
+    free, _ = torch.cuda.mem_get_info(device)
+    return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+
+
+# --------------------------------------------------------------------------------------------
+# One shape, every provider
+# --------------------------------------------------------------------------------------------
+
+
+def _row(dtype_name, B, H, S, D, causal, provider, **kw) -> dict:
+    nan = float("nan")
+    row = {"dtype": dtype_name, "B": B, "H": H, "S": S, "D": D, "causal": int(causal), "provider": provider,
+           "ms": nan, "tflops": nan, "graph_ms": nan, "graph_tflops": nan, "peak_mib": nan, "max_err": nan,
+           "status": "ok"}
+    row.update(kw)
+    return row
+
+
+def _short(e: BaseException) -> str:
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return f"{type(e).__name__}: {msg}"[:120].replace(",", ";")
+
+
+def measure_shape(dtype_name: str, B: int, H: int, S: int, D: int, causal: bool, providers=PROVIDERS, *,
+                  timer=None, peak=None, device=None, seed: int = 0) -> list[dict]:
+    """Check, then time, every provider on one shape; one row each (failures included)."""
+    device = device or ("cuda" if ON_GPU else "cpu")
+    timer = timer or gpu_timer()
+    peak = peak or gpu_peak_mib
+    dtype = DTYPES.get(dtype_name, getattr(torch, dtype_name, None))
+    g = torch.Generator(device=device).manual_seed(seed)  # on the device: a CPU generator takes seconds at 16K
+    q, k, v = (torch.randn(B, H, S, D, generator=g, device=device).to(dtype) for _ in range(3))
+    heads = sorted({(0, 0), (B - 1, H - 1)})
+    rows_idx = sample_rows(S)
+    ref = sample_reference(q, k, v, causal, heads, rows_idx.to(q.device))
+    f = flops(B, H, S, D, causal)
+    out_rows = []
+    for p in providers:
+        base = dict(dtype_name=dtype_name, B=B, H=H, S=S, D=D, causal=causal, provider=p)
+        if p == "naive":
+            need = 3 * B * H * S * S * q.element_size()
+            if S > NAIVE_MAX_S or need > 0.8 * _free_bytes(q.device):
+                out_rows.append(_row(**base, status=f"skipped: its (S, S) matrices need {need / 2**30:.0f} GiB"))
+                continue
+        fn = provider_fn(p, q, k, v, causal)
+        try:
+            out = fn()
+        except torch.cuda.OutOfMemoryError as e:
+            out_rows.append(_row(**base, status="out of memory: " + _short(e)))
+            _free()
+            continue
+        except RuntimeError as e:  # an SDPA backend that does not take these inputs
+            out_rows.append(_row(**base, status="refused: " + _short(e)))
+            continue
+        err = max_error(out, ref, heads, rows_idx.to(out.device))
+        del out
+        tol = CHECK_ATOL.get(dtype, 1e-2)
+        if not err <= tol:
+            out_rows.append(_row(**base, max_err=err, status=f"wrong: max abs error {err:.3g} > {tol:g}"))
+            continue
+        try:
+            mib = peak(fn)
+            ms, graph_ms = timer(fn)
+        except torch.cuda.OutOfMemoryError as e:
+            out_rows.append(_row(**base, max_err=err, status="out of memory: " + _short(e)))
+            _free()
+            continue
+        except RuntimeError as e:
+            out_rows.append(_row(**base, max_err=err, status="failed while timed: " + _short(e)))
+            continue
+        out_rows.append(_row(**base, ms=ms, tflops=f / (ms * 1e-3) / 1e12, graph_ms=graph_ms,
+                             graph_tflops=f / (graph_ms * 1e-3) / 1e12, peak_mib=mib, max_err=err))
+        _log(f"  {dtype_name} S={S} D={D} causal={int(causal)} {p:<15} {graph_ms:8.3f} ms  "
+             f"{out_rows[-1]['graph_tflops']:6.1f} TFLOP/s  err {err:.1e}")
+    del q, k, v
+    _free()
+    return out_rows
+
+
+def _free() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _round(rows: list[dict]) -> list[dict]:
+    out = []
+    for r in rows:
+        r = dict(r)
+        for key, nd in (("ms", 4), ("graph_ms", 4), ("tflops", 1), ("graph_tflops", 1), ("peak_mib", 1)):
+            if isinstance(r[key], float) and r[key] == r[key]:
+                r[key] = round(r[key], nd)
+        if isinstance(r["max_err"], float) and r["max_err"] == r["max_err"]:
+            r["max_err"] = float(f"{r['max_err']:.2e}")
+        out.append(r)
+    return out
+
+
+def sweep(seqs=SEQS, dims=(64, 128), dtypes=("float16", "bfloat16"), causals=(False, True), providers=PROVIDERS,
+          B: int = 4, H: int = 16, **kw) -> list[dict]:
+    """Every (dtype, D, causal, S) of the sweep, every provider: the rows of the CSV."""
+    rows = []
+    t0 = time.time()
+    for dtype_name in dtypes:
+        for D in dims:
+            for causal in causals:
+                for S in seqs:
+                    _log(f"[{time.time() - t0:6.1f} s] {dtype_name} D={D} causal={int(causal)} S={S}")
+                    rows += measure_shape(dtype_name, B, H, S, D, causal, providers, **kw)
+    return _round(rows)
+
+
+def live_rows() -> list[dict]:
+    """A short sweep for lesson 07 on a GPU: fp16, S = 1K and 4K, the course, SDPA and naive."""
+    require_gpu("helpers.lesson07.attention_data(live=True)")
+    return sweep(seqs=(1024, 4096), dtypes=("float16",), providers=("course", "sdpa", "naive"), timer=gpu_timer(10))
+
+
+# --------------------------------------------------------------------------------------------
+# The kernel's tile configurations
+# --------------------------------------------------------------------------------------------
+
+TUNE_CONFIGS = tuple(AttentionConfig(*c) for c in (
+    (64, 32, 4, 3), (64, 64, 4, 3), (64, 64, 4, 4), (128, 32, 4, 3), (128, 64, 4, 3), (128, 64, 4, 4),
+    (128, 64, 8, 3), (128, 128, 8, 2), (128, 128, 8, 3), (128, 32, 8, 4),
+))
+
+
+def tune(S: int = 4096, dims=(64, 128), causals=(False, True), dtype_name: str = "float16", configs=TUNE_CONFIGS,
+         B: int = 4, H: int = 16, rep: int = 25) -> list[dict]:
+    """GPU time of the course's kernel in each tile configuration (checked first, as the sweep)."""
+    import triton
+
+    dtype = DTYPES[dtype_name]
+    rows = []
+    for D in dims:
+        for causal in causals:
+            g = torch.Generator(device="cuda").manual_seed(1)
+            q, k, v = (torch.randn(B, H, S, D, generator=g, device="cuda").to(dtype) for _ in range(3))
+            heads, idx = [(0, 0), (B - 1, H - 1)], sample_rows(S).cuda()
+            ref = sample_reference(q, k, v, causal, heads, idx)
+            for cfg in configs:
+                row = {"dtype": dtype_name, "B": B, "H": H, "S": S, "D": D, "causal": int(causal), **cfg._asdict(),
+                       "graph_ms": float("nan"), "graph_tflops": float("nan"), "max_err": float("nan"), "status": "ok"}
+                try:
+                    call = _launcher(attention_plan(q, k, v, causal, config=cfg), q, k, v)
+                    fn = lambda: call(q, k, v)  # noqa: E731
+                    err = max_error(fn(), ref, heads, idx)
+                    row["max_err"] = float(f"{err:.2e}")
+                    if not err <= CHECK_ATOL[dtype]:
+                        row["status"] = f"wrong: max abs error {err:.3g}"
+                    else:
+                        ms = float(triton.testing.do_bench_cudagraph(fn, rep=rep, return_mode="median"))
+                        row["graph_ms"], row["graph_tflops"] = round(ms, 4), round(flops(B, H, S, D, causal) / ms / 1e9, 1)
+                except Exception as e:  # a configuration that does not compile (shared memory) or launch
+                    row["status"] = "failed: " + _short(e)
+                _log(f"  D={D} causal={int(causal)} {tuple(cfg)} {row['graph_tflops']} TFLOP/s {row['status']}")
+                rows.append(row)
+            del q, k, v
+            _free()
+    return rows
+
+
+def best_configs(rows: list[dict]) -> dict:
+    """(D, causal) -> the fastest configuration's row."""
+    best = {}
+    for r in rows:
+        if r["status"] != "ok":
+            continue
+        key = (r["D"], r["causal"])
+        if key not in best or r["graph_tflops"] > best[key]["graph_tflops"]:
+            best[key] = r
+    return best
+
+
+# --------------------------------------------------------------------------------------------
+# Command line
+# --------------------------------------------------------------------------------------------
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out_csv", help="where to write the rows, e.g. figures/data/attention.csv")
+    ap.add_argument("--quick", action="store_true", help="fp16, S = 1K and 4K only")
+    ap.add_argument("--tune", action="store_true", help="time the kernel's tile configurations instead")
+    ap.add_argument("--rep", type=int, default=25, help="milliseconds of timing per measurement (default 25)")
+    args = ap.parse_args(argv)
+    require_gpu()
+    VERBOSE[0] = True
+    t0 = time.time()
+    command = "python -m helpers.attention_bench " + " ".join(argv if argv is not None else sys.argv[1:])
+    if args.tune:
+        rows = tune(rep=args.rep)
+        for (D, causal), r in sorted(best_configs(rows).items()):
+            print(f"D={D} causal={causal}: best AttentionConfig({r['block_m']}, {r['block_n']}, {r['num_warps']}, "
+                  f"{r['num_stages']}) at {r['graph_tflops']} TFLOP/s")
+    elif args.quick:
+        rows = sweep(seqs=(1024, 4096), dtypes=("float16",), timer=gpu_timer(args.rep))
+    else:
+        rows = sweep(timer=gpu_timer(args.rep))
+    path = write_csv(Path(args.out_csv), rows, provenance(command))
+    bad = [r for r in rows if r["status"] != "ok" and r.get("provider") == "course"]
+    print(f"wrote {len(rows)} rows to {path} in {time.time() - t0:.0f} s"
+          + (f"; the course's kernel failed {len(bad)} checks: {bad[0]['status']}" if bad else ""))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
