@@ -86,10 +86,8 @@ def softmax_tiled_kernel(
     for tile in tl.range(first_tile, n_tiles, tl.num_programs(0), num_stages=NUM_STAGES):
         rows = tile * BLOCK_M + tl.arange(0, BLOCK_M)
         mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
-        x = tl.load(
-            in_ptr + rows[:, None] * in_row_stride + cols[None, :] * in_col_stride,
-            mask=mask, other=-float("inf"), eviction_policy="evict_first",
-        ).to(ACC)
+        x = tl.load(in_ptr + rows[:, None] * in_row_stride + cols[None, :] * in_col_stride,
+                    mask=mask, other=-float("inf")).to(ACC)
         row_max = tl.max(x, axis=1)
         numerator = tl.exp(x - row_max[:, None])
         inv_denominator = 1.0 / tl.sum(numerator, axis=1)  # one division per row, then multiplies
