@@ -144,7 +144,7 @@ def test_naive_attention_matches_reference():
     for causal in (False, True):
         q, k, v = make((2, 2), 12, 12, 16, seed=4)
         ref, _ = reference(q, k, v, causal)
-        torch.testing.assert_close(helpers.kernels.naive_attention(q, k, v, causal=causal).double(), ref,
+        torch.testing.assert_close(helpers.kernels.naive_attention(q, k, v, causal=causal).double().cpu(), ref.cpu(),
                                    atol=1e-5, rtol=1e-5)
 
 

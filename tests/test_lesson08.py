@@ -86,6 +86,7 @@ def _fake_rows():
 
 
 def test_recorded_bandwidth_from_a_csv(tmp_path, capsys):
+    pytest.importorskip("IPython")  # the figure is displayed the notebook's way
     path = gpu_data.write_csv(tmp_path / "backward.csv", _fake_rows(),
                               {"gpu": "Test GPU", "command": "python -m helpers.backward_bench x.csv"})
     rows, meta = lesson08.backward_data(path)
@@ -297,6 +298,9 @@ def not_a_kernel(*args, **kwargs):
 ], ids=["right", "untouched", "none", "no_dot", "sign", "axis", "inf_padding", "no_store_mask", "far_oob",
         "program_id", "not_a_kernel"])
 def test_checker_8_2(capsys, kernel, expected, words):
+    if kernel is tile_far_out_of_bounds and helpers.ON_GPU:
+        pytest.skip("compiled on a GPU, only the guard regions apply: a store far outside any buffer is the "
+                    "interpreter's bounds check to catch (helpers.exercises)")
     line = verdict(capsys, lesson08.check_8_2, kernel)
     assert status(line).startswith(expected), line
     assert words in line, line
