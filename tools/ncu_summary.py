@@ -45,8 +45,6 @@ def summarize(path: Path) -> list[dict]:
         key = WANT.get((r["Section Name"], r["Metric Name"]))
         if key:
             k[key] = num(r["Metric Value"])
-        if r["Section Name"] == "WarpStateStats" and r.get("Rule Description") and "stall_reason" not in k:
-            k["stall_reason"] = re.sub(r"\s+", " ", r["Rule Description"])[:300].replace(",", ";")
     out = []
     for k in rows.values():
         if isinstance(k.get("dram_bytes_per_s"), float) and isinstance(k.get("duration_ns"), float):
@@ -62,7 +60,7 @@ def main(argv) -> int:
     ap.add_argument("--meta", nargs="*", default=[])
     a = ap.parse_args(argv)
     rows = [r for f in a.files for r in summarize(Path(f))]
-    cols = ["case", "kernel"] + list(WANT.values()) + ["dram_bytes", "stall_reason"]
+    cols = ["case", "kernel"] + list(WANT.values()) + ["dram_bytes"]
     with open(a.out, "w", newline="") as f:
         for m in a.meta:
             k, _, v = m.partition("=")
