@@ -204,6 +204,7 @@ class Plan:
     launches: list = field(default_factory=list)
     workspace: Callable | None = None  # rows -> tuple of fresh tensors, made on every call
     delegate: Callable | None = None
+    fallback: Callable | None = None  # used instead if the first launch is refused (RuntimeError)
     info: dict = field(default_factory=dict)
 
 
@@ -421,6 +422,13 @@ class RowSoftmax:
                 raise
             DIRECT[0] = False  # the launcher refused the direct arguments before launching anything
             entry = _jit_call(plan, rows, x.shape, len(inputs))
+            out = entry(*inputs)
+        except RuntimeError:
+            # e.g. the driver refusing a cooperative grid it cannot keep resident: refused launches
+            # run nothing, so the plan's fallback (if it has one) computes the result instead
+            if plan.fallback is None:
+                raise
+            entry = plan.fallback
             out = entry(*inputs)
         try:
             self.cache[self._key(inputs, options)] = entry

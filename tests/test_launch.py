@@ -167,3 +167,29 @@ def test_a_plan_function_sees_rows_and_options():
     w(x, 2)
     w(x, 3)
     assert seen == [(3, 5, 2), (3, 5, 3)]
+
+
+def test_a_refused_launch_uses_the_plans_fallback():
+    """The driver refuses a cooperative grid it cannot keep resident with a RuntimeError, before
+    anything runs: a plan with a fallback computes the result with it instead (and a plan without
+    one lets the error through)."""
+    from helpers.launch import Launch, Plan
+
+    class Refused:
+        arg_names = ["out_ptr", "in_ptr"]
+
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                raise RuntimeError("Triton Error [CUDA]: too many blocks in cooperative launch")
+            return launch
+
+        def warmup(self, *args, **kwargs):
+            raise TypeError("no compiled kernel: use the JIT path")  # the direct path steps aside
+
+    x = randn(4, 9)
+    with_fallback = RowSoftmax(lambda rows: Plan([Launch(Refused(), (1,))], fallback=helpers.softmax_online), "f")
+    assert_softmax(with_fallback(x), x)
+    assert_softmax(with_fallback(x), x)  # the cached entry is the fallback
+    without = RowSoftmax(lambda rows: Plan([Launch(Refused(), (1,))]), "g")
+    with pytest.raises(RuntimeError, match="cooperative"):
+        without(x)

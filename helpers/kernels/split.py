@@ -211,21 +211,36 @@ def coop_plan(rows, slice_cols=None, num_warps=None):
         slice_cols, num_warps = slice_cols or cfg.slice_cols, num_warps or cfg.num_warps
     slice_cols = min(slice_cols, triton.next_power_of_2(max(rows.n_cols, 1)))
     n_slices = triton.cdiv(rows.n_cols, slice_cols)
-    args = (rows.in_row_stride, rows.in_col_stride, rows.out_row_stride, rows.n_rows, rows.n_cols, n_slices, 1)
+    args = (rows.in_row_stride, rows.in_col_stride, rows.out_row_stride, rows.n_rows, rows.n_cols, n_slices)
     constexprs = dict(SLICE=slice_cols, SLICES_P2=triton.next_power_of_2(n_slices), MAX_SPIN=MAX_SPIN)
-    compiled = softmax_split_coop_kernel.warmup(rows.dtype, rows.dtype, torch.int32, *args,
-                                                grid=(1,), **constexprs, num_warps=num_warps,
-                                                launch_cooperative_grid=True)
-    info = compiled_occupancy(compiled, num_warps)
-    if n_slices > info["programs"]:
-        return Plan(delegate=softmax_split, info=info)  # a row needs more programs than can be resident at once
-    rows_per_round = max(1, min(rows.n_rows, info["programs"] // n_slices))
+
+    def resident(rows_per_round):  # programs of the kernel compiled for this launch that fit at once
+        compiled = softmax_split_coop_kernel.warmup(rows.dtype, rows.dtype, torch.int32, *args, rows_per_round,
+                                                    grid=(1,), **constexprs, num_warps=num_warps,
+                                                    launch_cooperative_grid=True)
+        return compiled_occupancy(compiled, num_warps)
+
+    # Triton compiles rows_per_round = 1 as a constant, which can save registers (and so fit more
+    # programs) that the launch with another value does not have: size the grid with the kernel
+    # compiled for the value launched, until the two agree.
+    rows_per_round, info = 0, resident(3)
+    for _ in range(4):
+        if n_slices > info["programs"]:
+            return Plan(delegate=softmax_split, info=info)  # a row needs more programs than can be resident at once
+        want = max(1, min(rows.n_rows, info["programs"] // n_slices))
+        if want == rows_per_round:
+            break
+        rows_per_round, info = want, resident(want)
+    rows_per_round = min(rows_per_round, info["programs"] // n_slices)
+    if rows_per_round < 1:
+        return Plan(delegate=softmax_split, info=info)
     return Plan(
         [Launch(softmax_split_coop_kernel, grid=(rows_per_round * n_slices,), ptrs=(OUT, IN, WS[0]),
-                args=args[:-1] + (rows_per_round,), constexprs=constexprs, num_warps=num_warps, cooperative=True)],
+                args=args + (rows_per_round,), constexprs=constexprs, num_warps=num_warps, cooperative=True)],
         # fresh and zeroed on every call, in one allocation: the (m, d) pairs, the counters of the wait
         workspace=lambda rows: (torch.zeros(2 * rows.n_rows * n_slices + rows.n_rows + 1, dtype=torch.int32,
                                             device=rows.device),),
+        fallback=softmax_split,  # if the driver still refuses the grid, the two-launch design
         info={**info, "slices": n_slices, "slice_cols": slice_cols, "rows_per_round": rows_per_round},
     )
 
