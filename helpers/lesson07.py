@@ -4,7 +4,7 @@ What lives here: the memory and traffic of the materialised score matrix; the (m
 plain PyTorch (float64) with a printed and drawn trace over three K/V blocks, checked against
 float64 attention after every block; the kernel's tiles (which are computed with or without a mask,
 which are skipped); the correctness table against float64 ``scaled_dot_product_attention``; the
-recorded GPU measurements (``figures/data/attention.csv``, written by ``helpers.attention_bench``);
+recorded GPU measurements (``figures/data/attention_h100.csv``, written by ``helpers.attention_bench``);
 merging partial results by their log-sum-exp (split-K, FlashDecoding); and the checkers of
 exercises 7.1 to 7.3.
 
@@ -498,9 +498,9 @@ def large_scores_demo(naive_fn, attention_fn=attention) -> None:
 # Section 5: the recorded GPU measurements
 # --------------------------------------------------------------------------------------------
 
-ATTENTION_CSV = "attention"
-MISSING = ("No recorded attention benchmark yet: figures/data/attention.csv is written on a GPU by "
-           "`python -m helpers.attention_bench figures/data/attention.csv`.")
+ATTENTION_CSV = f"attention_{gpu_data.LESSON_GPU}"
+MISSING = (f"No recorded attention benchmark yet: figures/data/{ATTENTION_CSV}.csv is written on a GPU by "
+           f"`python -m helpers.attention_bench figures/data/{ATTENTION_CSV}.csv`.")
 SDPA_BACKENDS = ("sdpa_cudnn", "sdpa_flash", "sdpa_efficient")
 LABELS = {"course": "course (07)", "sdpa": "SDPA (default)", "sdpa_cudnn": "SDPA cuDNN", "sdpa_flash": "SDPA flash",
           "sdpa_efficient": "SDPA efficient", "naive": "naive"}
@@ -604,6 +604,11 @@ def tflops_summary(data) -> None:
 
     print(f"course kernel / fastest SDPA backend: {lo[0]:.2f} ({where(lo[1])}) to {hi[0]:.2f} ({where(hi[1])}), "
           f"median {sorted(f for f, _ in fracs)[len(fracs) // 2]:.2f} over {len(fracs)} points")
+    long = [(f, r) for f, r in fracs if r["S"] >= 4096]
+    if long:
+        short = sorted((f, where(r)) for f, r in long if f < 0.8)
+        print(f"at S >= 4K: {len(long) - len(short)} of {len(long)} points reach 0.8 of the fastest backend"
+              + (f"; below it: {', '.join(f'{w} ({f:.2f})' for f, w in short)}" if short else ""))
     if naive_x:
         print(f"course kernel / naive: {min(naive_x):.1f}x to {max(naive_x):.1f}x where the naive version ran")
     eager = [r["tflops"] / r["graph_tflops"] for r in rows if r["provider"] == "course" and _ok(r)

@@ -2,7 +2,7 @@
 
 What lives here: the Jacobian of softmax built by autograd and by the formula, the vector-Jacobian
 product checked against autograd in float64, the traffic of the backward variants, the correctness
-table of the backward kernels, the recorded bandwidth (``figures/data/backward.csv``, written by
+table of the backward kernels, the recorded bandwidth (``figures/data/backward_h100.csv``, written by
 ``python -m helpers.backward_bench`` on a GPU) with its table and figure, the demos of the op
 (a tiny attention model, the graphs ``torch.compile`` sees, a CUDA graph), and the checkers of
 exercises 8.1 to 8.3.
@@ -21,8 +21,8 @@ from .kernels import softmax_backward_looped, softmax_backward_tiled
 from .mode import DEVICE, ON_GPU
 
 #: The recorded benchmark this lesson shows (``python -m helpers.backward_bench figures/data/backward.csv``).
-DATA_NAME = "backward"
-BENCH_COMMAND = "python -m helpers.backward_bench figures/data/backward.csv"
+DATA_NAME = f"backward_{gpu_data.LESSON_GPU}"
+BENCH_COMMAND = f"python -m helpers.backward_bench figures/data/{DATA_NAME}.csv"
 
 
 def round_up_err(err: float) -> str:
