@@ -1,45 +1,35 @@
-"""Plots of the benchmark sweep (``figures/data/bench.csv``): GB/s against N with the copy
-ceiling drawn, and the few-long-rows shapes as fractions of copy. Used by ``make bench``,
-``make figures``, lesson 05 and the README."""
+"""Plots of the benchmark sweep (``figures/data/bench_<gpu>.csv``, the lessons' GPU by default): GB/s
+in GPU time against N with the copy ceiling drawn, and the few-long-rows shapes as fractions of
+copy in GPU time. Used by ``make bench``, ``make figures`` and the README."""
 
 from __future__ import annotations
 
 import math
 
-from .gpu_data import read_csv
-from .plots import COLORS, new_figure, save
+from .gpu_data import bench, read_csv
+from .plots import COLORS, LABELS as _LABELS, new_figure, save
 
-#: Providers drawn, in legend order, with their labels.
-LABELS = {
-    "copy": "copy (ceiling)",
-    "torch_naive": "naive PyTorch (5 ops)",
-    "torch_softmax": "torch.softmax",
-    "torch_compile": "torch.compile(naive)",
-    "fused": "03 fused",
-    "online": "04 online",
-    "persistent": "05 persistent",
-    "split": "06 split (2 launches)",
-    "split_coop": "06 split (cooperative)",
-    "softmax": "softmax (course best)",
-}
+#: Providers drawn, in legend order (labels as in every figure of the course).
+LABELS = {p: _LABELS[p] for p in ("copy", "torch_naive", "torch_softmax", "torch_compile", "triton_tutorial", "liger",
+                                  "fused", "online", "persistent", "split", "split_coop", "softmax")}
 
 
-def _ok(r) -> bool:
-    v = r.get("gbps")
-    return r.get("status") == "ok" and isinstance(v, float) and math.isfinite(v)
+def _ok(r, key="graph_gbps") -> bool:
+    v = r.get(key)
+    return str(r.get("status")).startswith("ok") and isinstance(v, float) and math.isfinite(v)
 
 
 def plot_bandwidth_vs_n(rows=None, meta=None, M: int = 4096, providers=None):
     """GB/s against N at M rows, one panel per dtype, the copy ceiling dashed."""
     if rows is None:
-        rows, meta = read_csv("bench")
+        rows, meta = bench()
     dtypes = [d for d in ("float32", "bfloat16", "float16") if any(r["dtype"] == d for r in rows)]
     fig, axes = new_figure(width=11, height=4.2, ncols=len(dtypes))
     axes = axes if len(dtypes) > 1 else [axes]
     providers = providers or [p for p in LABELS if any(r["provider"] == p for r in rows)]
     for ax, d in zip(axes, dtypes):
         for p in providers:
-            pts = sorted((r["N"], r["gbps"]) for r in rows if r["dtype"] == d and r["M"] == M and r["provider"] == p and _ok(r))
+            pts = sorted((r["N"], r["graph_gbps"]) for r in rows if r["dtype"] == d and r["M"] == M and r["provider"] == p and _ok(r))
             if not pts:
                 continue
             xs, ys = zip(*pts)
@@ -51,7 +41,7 @@ def plot_bandwidth_vs_n(rows=None, meta=None, M: int = 4096, providers=None):
             ax.plot(xs, ys, **style)
         ax.set_xscale("log", base=2)
         ax.set_xlabel(f"N (columns), M = {M} rows")
-        ax.set_ylabel("GB/s (2·M·N·bytes / time)")
+        ax.set_ylabel("GB/s (2·M·N·bytes / GPU time)")
         ax.set_title(d)
     axes[-1].legend(fontsize=8, loc="lower right")
     if meta:
@@ -62,10 +52,10 @@ def plot_bandwidth_vs_n(rows=None, meta=None, M: int = 4096, providers=None):
 def plot_long_rows(rows=None, meta=None, providers=None):
     """Fraction of copy bandwidth at the few-long-rows shapes, grouped bars per shape."""
     if rows is None:
-        rows, meta = read_csv("bench")
-    shapes = sorted({(r["M"], r["N"]) for r in rows if r["N"] > 32768}, key=lambda s: s[1])
+        rows, meta = bench()
+    shapes = sorted({(r["M"], r["N"]) for r in rows if r["N"] > 32768 and r["M"] in (1024, 256, 64, 8)}, key=lambda s: s[1])
     dtypes = [d for d in ("float32", "bfloat16") if any(r["dtype"] == d for r in rows)]
-    providers = providers or [p for p in LABELS if p != "copy" and any(r["provider"] == p and r["N"] > 32768 and _ok(r) for r in rows)]
+    providers = providers or [p for p in LABELS if p != "copy" and any(r["provider"] == p and r["N"] > 32768 and _ok(r, "graph_frac") for r in rows)]
     fig, axes = new_figure(width=11, height=4.2, ncols=len(dtypes))
     axes = axes if len(dtypes) > 1 else [axes]
     width = 0.8 / max(1, len(providers))
@@ -74,11 +64,11 @@ def plot_long_rows(rows=None, meta=None, providers=None):
             vals = []
             for M, N in shapes:
                 r = next((r for r in rows if r["dtype"] == d and r["M"] == M and r["N"] == N and r["provider"] == p), None)
-                vals.append(r["frac_of_copy"] if r is not None and _ok(r) else 0.0)
+                vals.append(r["graph_frac"] if r is not None and _ok(r, "graph_frac") else 0.0)
             ax.bar([j + i * width for j in range(len(shapes))], vals, width, color=COLORS.get(p), label=LABELS.get(p, p))
         ax.axhline(1.0, color=COLORS["copy"], ls="--", lw=1.5)
         ax.set_xticks([j + 0.4 - width / 2 for j in range(len(shapes))], [f"{M}×{N}" for M, N in shapes], fontsize=8)
-        ax.set_ylabel("fraction of copy bandwidth")
+        ax.set_ylabel("fraction of copy (GPU time)")
         ax.set_ylim(0, 1.15)
         ax.set_title(f"{d}: few, long rows")
     axes[-1].legend(fontsize=8, loc="upper right")
@@ -86,7 +76,7 @@ def plot_long_rows(rows=None, meta=None, providers=None):
 
 
 def save_bench_plots(path=None) -> list:
-    rows, meta = read_csv(path or "bench")
+    rows, meta = read_csv(path) if path else bench()
     return [save(plot_bandwidth_vs_n(rows, meta), "bench_bandwidth"), save(plot_long_rows(rows, meta), "bench_long_rows")]
 
 

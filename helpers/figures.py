@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt
 
 from .plots import save
 
-MODULES = ["lesson01", "lesson02", "lesson03", "lesson04", "lesson05", "lesson06", "bench_plots"]
+MODULES = ["lesson01", "lesson02", "lesson03", "lesson04", "lesson05", "lesson06", "lesson07", "lesson08", "bench_plots"]
 
 
 def all_figures() -> dict:

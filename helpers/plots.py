@@ -32,8 +32,8 @@ COLORS = {
     "split": "#e377c2",
     "split_coop": "#8c564b",
     "tiled": "#7f7f7f",
-    "triton_tutorial": "#e377c2",
-    "liger": "#bcbd22",
+    "triton_tutorial": "#e6ab02",
+    "liger": "#7570b3",
 }
 
 #: How each provider is named in tables and legends, the same in every lesson.
