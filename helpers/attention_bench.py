@@ -41,6 +41,7 @@ import torch
 import torch.nn.functional as F
 
 from .gpu_data import provenance, write_csv
+from .measure import exit_without_gpu
 from .kernels.attention import AttentionConfig, _launcher, attention, attention_plan, naive_attention
 from .mode import ON_GPU
 
@@ -65,11 +66,7 @@ def _log(*args) -> None:
 
 
 def require_gpu(what: str = "the attention benchmark") -> None:
-    if not ON_GPU:
-        print(f"{what} needs an NVIDIA GPU, and this machine has none (kernels would run in Triton's "
-              "interpreter, which says nothing about speed). Run it on a GPU machine; lesson 07 reads the "
-              "recording from figures/data/attention.csv.", file=sys.stderr)
-        raise SystemExit(2)
+    exit_without_gpu(what, "figures/data/attention_<gpu>.csv")
 
 
 def flops(B: int, H: int, S: int, D: int, causal: bool, Sk: int | None = None) -> float:

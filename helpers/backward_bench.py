@@ -39,6 +39,8 @@ import torch
 import triton
 
 from .gpu_data import provenance, write_csv
+from . import measure
+from .measure import warm_up_gpu
 from .kernels.backward import softmax_backward, softmax_backward_looped
 from .mode import DEVICE, ON_GPU
 
@@ -86,24 +88,14 @@ def _sync_quietly() -> None:
 
 
 def eager_ms(fn) -> float:
-    return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
+    return measure.eager_ms(fn, rep=100)
 
 
 def graph_ms(fn) -> float:
-    return float(triton.testing.do_bench_cudagraph(fn, rep=50, return_mode="median"))
+    return measure.gpu_ms(fn, rep=50)
 
 
-def host_us(fn, calls: int = 200, loops: int = 3) -> float:
-    """Best of ``loops`` loops of ``calls`` calls, in µs per call; no sync inside a loop."""
-    best = math.inf
-    for _ in range(loops):
-        _sync()
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        best = min(best, (time.perf_counter() - t0) / calls * 1e6)
-        _sync()
-    return best
+host_us = measure.host_us
 
 
 GPU_TIMERS = {"ms": eager_ms, "graph_ms": graph_ms, "host_us": host_us}
@@ -181,17 +173,6 @@ def measure(M: int, N: int, dtype, provs: dict | None = None, *, timers: dict | 
 
 def _round(v):
     return round(v, 6) if isinstance(v, float) and math.isfinite(v) else v
-
-
-def warm_up_gpu(seconds: float = 2.0) -> None:
-    """Keep the GPU busy for a moment, so the first cell is not timed on an idle GPU's clocks
-    (as ``helpers.bench.sweep`` does)."""
-    warm = torch.empty(2**28, device="cuda")
-    t_end = time.time() + seconds
-    while time.time() < t_end:
-        warm.add_(1.0)
-        torch.cuda.synchronize()
-    del warm
 
 
 def sweep(ns=NS, dtypes=("float32", "bfloat16"), M: int = M_ROWS, log=None) -> list[dict]:

@@ -23,7 +23,7 @@ import torch
 
 from . import gpu_data
 from .gpu_data import DATA_DIR, gpu_short_name, provenance, write_csv
-from .measure import DTYPES, measure_shape, progress, providers, rounded
+from .measure import DTYPES, exit_without_gpu, measure_shape, progress, providers, rounded, warm_up_gpu
 from .mode import ON_GPU
 
 #: The `make bench` sweep: M = 4096 over N, and few long rows.
@@ -36,21 +36,7 @@ HELD_OUT_SHAPES = [(1000, 700), (16384, 384), (2048, 3000), (777, 12000), (300, 
 
 
 def require_gpu(what: str = "the benchmark") -> None:
-    if not ON_GPU:
-        print(f"{what} needs an NVIDIA GPU, and this machine has none (kernels would run in Triton's "
-              "interpreter, which says nothing about speed). Run it on a GPU machine; the recorded "
-              "results are in figures/data/.", file=sys.stderr)
-        raise SystemExit(2)
-
-
-def _warm_gpu(seconds: float = 2.0) -> None:
-    """Keep the GPU busy for a moment before the first measured cell (clocks ramp up from idle)."""
-    warm = torch.empty(2**28, device="cuda")
-    t_end = time.time() + seconds
-    while time.time() < t_end:
-        warm.add_(1.0)
-        torch.cuda.synchronize()
-    del warm
+    exit_without_gpu(what)
 
 
 def sweep(shapes=None, dtypes=("float32", "bfloat16"), provs=None, out_name=None) -> Path:
@@ -58,7 +44,7 @@ def sweep(shapes=None, dtypes=("float32", "bfloat16"), provs=None, out_name=None
     require_gpu("`make bench`")
     shapes = shapes or SWEEP_SHAPES + HELD_OUT_SHAPES
     provs = providers() if provs is None else provs
-    _warm_gpu()
+    warm_up_gpu()
     rows = []
     name = out_name or f"bench_{gpu_short_name()}"
     meta = provenance("python -m helpers.bench sweep")
@@ -94,7 +80,7 @@ def tune() -> Path:
     from . import tuning
     from .device import gpu_props
 
-    _warm_gpu()
+    warm_up_gpu()
     t0 = time.time()
     rows = tuning.sweep()
     name = gpu_props()["name"]

@@ -19,21 +19,11 @@ from . import gpu_data, plots
 from .exercises import Wrong, call_attempt, check, fmt, guarded, run_learner_kernel
 from .kernels import softmax_backward_looped, softmax_backward_tiled
 from .mode import DEVICE, ON_GPU
+from .reference import round_up_err
 
 #: The recorded benchmark this lesson shows (``python -m helpers.backward_bench figures/data/backward.csv``).
 DATA_NAME = f"backward_{gpu_data.LESSON_GPU}"
 BENCH_COMMAND = f"python -m helpers.backward_bench figures/data/{DATA_NAME}.csv"
-
-
-def round_up_err(err: float) -> str:
-    """An error as the power of ten just above it ('< 1e-07'), or 'exact': the same on every machine."""
-    if err != err:
-        return "NaN"
-    if err == 0:
-        return "exact"
-    if math.isinf(err):
-        return "inf"
-    return f"< 1e{math.floor(math.log10(err)) + 1:+03d}"
 
 
 # --------------------------------------------------------------------------------------------

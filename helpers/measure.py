@@ -47,6 +47,25 @@ def require_gpu(what: str = "this measurement") -> None:
                            f"which says nothing about speed): use the recorded data (live=False).")
 
 
+def exit_without_gpu(what: str, recorded: str = "figures/data/") -> None:
+    """For a benchmark's command line: on a machine without a GPU, say so and exit with status 2."""
+    if not ON_GPU:
+        print(f"{what} needs an NVIDIA GPU, and this machine has none (kernels would run in Triton's "
+              f"interpreter, which says nothing about speed). Run it on a GPU machine; the recorded "
+              f"results are in {recorded}.", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def warm_up_gpu(seconds: float = 2.0) -> None:
+    """Keep the GPU busy for a moment before the first measured case (clocks ramp up from idle)."""
+    warm = torch.empty(2**28, device="cuda")
+    t_end = time.time() + seconds
+    while time.time() < t_end:
+        warm.add_(1.0)
+        torch.cuda.synchronize()
+    del warm
+
+
 def eager_ms(fn, rep: int = 50) -> float:
     """Median milliseconds of ``fn()`` in a Python loop (``do_bench``: L2 cleared before each call)."""
     return float(triton.testing.do_bench(fn, warmup=10, rep=rep, return_mode="median"))

@@ -194,8 +194,11 @@ def test_readers_without_a_recording(tmp_path, capsys):
 
 def test_default_recording_is_read_when_present():
     data = lesson07.attention_data(live=False)
-    path = gpu_data.DATA_DIR / "attention.csv"
+    path = gpu_data.DATA_DIR / f"{lesson07.ATTENTION_CSV}.csv"
     assert (data is None) == (not path.exists())
+    if data is not None:
+        rows, meta = data
+        assert "H100" in meta["gpu"] and any(r["provider"] == "course" for r in rows)
 
 
 # --------------------------------------------------------------------------------------------
