@@ -1,6 +1,7 @@
 """Lesson 06 (split rows): the slice statistics and their merge against float64, the first launch's
-statistics tensor, the split kernel on rows with all -inf slices, the grid-wait model, the traffic
-and L2 model, the data loaders, the figures, and the exercise checkers.
+statistics tensor, the split kernel on rows with all -inf slices, the grid-wait model and the
+cooperative kernel's safety net, the L2 model against the recorded measurements and counters, the
+data loaders, the figures, and the exercise checkers (6.1 with the wrong kernels a learner writes).
 
 Every checker must print exactly one line and never raise, whatever the learner wrote: a right
 answer gives "correct", an untouched template (``raise NotImplementedError``) "not yet", a wrong
@@ -17,6 +18,8 @@ import helpers
 import matplotlib
 import pytest
 import torch
+import triton
+import triton.language as tl
 from helpers import lesson06
 from helpers.lesson06 import IDENTITY, merge, slice_stats
 
@@ -259,26 +262,55 @@ def test_programs_table(capsys):
     assert row.split()[3:] == ["8", "0.06", "124", "128", "8,192", "1,024", "7.76"]
 
 
-def test_fits_in_l2_and_two_launch_bytes():
-    l2 = 60 * 2**20
+def test_device_terms(capsys):
+    props = lesson06.device_props(live=False)[0]
+    lesson06.print_device_terms(props)
+    out = capsys.readouterr().out
+    assert f"{props['sm_count']} SMs" in out and "64 warps" in out and "50 MiB" in out
+    assert "65,536 32-bit registers" in out and "DRAM peak" in out
+
+
+def test_few_rows_evidence(capsys):
+    lesson06.print_few_rows_evidence(132)
+    out = capsys.readouterr().out
+    assert "rows_grow.csv" in out and "fused_limits.csv" in out
+    line = next(ln for ln in out.splitlines() if ln.strip().startswith("1024 x 64K"))
+    assert line.split()[3] == "7.76"
+    assert "88 spilled" in out
+    # one round each: the file's spreads are all zero, and the cell says so instead of "0%"
+    assert "one round each" in out
+
+
+# --------------------------------------------------------------------------------------------
+# The all-or-nothing L2 model, and exercise 6.3's answer
+# --------------------------------------------------------------------------------------------
+
+
+def test_fits_in_l2_and_model_bytes():
+    l2 = 50 * 2**20
     assert lesson06.fits_in_l2(8, 2**20, 4, l2)  # 32 MiB
     assert not lesson06.fits_in_l2(64, 2**18, 4, l2)  # 64 MiB
-    assert lesson06.fits_in_l2(64, 2**18, 2, l2)
     assert lesson06.fits_in_l2(4, 1000, 4, 16000)  # exactly full counts as fitting
-    assert lesson06.two_launch_dram_bytes_answer(8, 2**20, 4, l2) == 2 * 32 * 2**20
-    assert lesson06.two_launch_dram_bytes_answer(64, 2**18, 4, l2) == 3 * 64 * 2**20
+    assert lesson06.model_dram_bytes("split", 8, 2**20, 4, l2) == 2 * 32 * 2**20
+    assert lesson06.model_dram_bytes("split", 64, 2**18, 4, l2) == 3 * 64 * 2**20
+    assert lesson06.model_dram_bytes("online", 8, 2**20, 4, l2) == 3 * 32 * 2**20
+    assert lesson06.model_dram_bytes("split_coop", 64, 2**18, 4, l2) == 2 * 64 * 2**20
+    assert lesson06.predicted_frac_answer("split", 8, 2**20, 4, l2) == 1.0
+    assert lesson06.predicted_frac_answer("split", 64, 2**18, 4, l2) == pytest.approx(2 / 3)
+    with pytest.raises(ValueError):
+        lesson06.model_dram_bytes("fused", 8, 2**20, 4, l2)
 
 
 def test_traffic_table(capsys):
-    lesson06.print_traffic_table(l2_bytes=62914560)
+    lesson06.print_traffic_table(l2_bytes=50 * 2**20)
     lines = capsys.readouterr().out.splitlines()
-    rows = {(ln.split()[0], ln.split()[1] + ln.split()[2] + ln.split()[3]): ln for ln in lines[3:]}
+    rows = {(ln.split()[0], "".join(ln.split()[1:4])): ln for ln in lines[3:]}
     assert len(rows) == 8
-    f8 = rows[("float32", "8x1M")].split()
-    assert f8[4:7] == ["32", "yes", "no"] and f8[-2:] == ["64", "(2MN)"]
-    f64 = rows[("float32", "64x256K")].split()
-    assert f64[5] == "no" and "192 (3MN)" in rows[("float32", "64x256K")]
-    assert all(ln.rstrip().endswith("(2MN)") for ln in lines[3:])  # the cooperative column
+    f8 = rows[("float32", "8x1M")]
+    assert f8.split()[4:6] == ["32", "yes"] and "64 (2MN) -> 1.00" in f8 and "96 (3MN) -> 0.67" in f8
+    f64 = rows[("float32", "64x256K")]
+    assert f64.split()[5] == "no" and f64.count("192 (3MN) -> 0.67") == 2
+    assert all(ln.rstrip().endswith("(2MN) -> 1.00") for ln in lines[3:])  # the cooperative column
 
 
 def test_traffic_designs():
@@ -289,17 +321,80 @@ def test_traffic_designs():
 
 
 # --------------------------------------------------------------------------------------------
-# Data loaders (recorded)
+# The model against the measurement: split_l2.csv and ncu_h100.csv (recorded)
+# --------------------------------------------------------------------------------------------
+
+
+def test_l2_points_from_the_recording():
+    rows, meta = lesson06.l2_data(live=False)
+    assert "H100" in meta["gpu"]
+    pts = lesson06.l2_points(rows, 50 * 2**20)
+    assert [p["x_bytes"] // 2**20 for p in pts] == [8, 16, 32, 64, 128, 256]
+    assert [p["fits"] for p in pts] == [True, True, True, False, False, False]
+    for p in pts:
+        assert p["split"]["model"] == (1.0 if p["fits"] else pytest.approx(2 / 3))
+        assert p["split_coop"]["model"] == 1.0
+        for dz in lesson06.L2_DESIGNS:
+            assert 0 < p[dz]["gpu"] < 1.0 and 0 < p[dz]["eager"] < 1.0
+
+
+def test_l2_model_failed_as_printed(capsys):
+    """The prose says the model failed: the two launches stay far below 1.0 where x fits, and the
+    measured step across the L2 line is far smaller than the model's."""
+    rows, _ = lesson06.l2_data(live=False)
+    pts = lesson06.l2_points(rows, 50 * 2**20)
+    fit = [p for p in pts if p["fits"]]
+    out = [p for p in pts if not p["fits"]]
+    assert all(p["split"]["gpu"] < 0.8 and p["split"]["eager"] < 0.8 for p in fit)
+    step = fit[-1]["split"]["gpu"] - out[0]["split"]["gpu"]
+    assert step < 0.1 < 1 - 2 / 3
+    # the cooperative kernel climbs past the two launches only at the large sizes
+    assert pts[0]["split_coop"]["gpu"] < pts[0]["split"]["gpu"]
+    assert pts[-1]["split_coop"]["gpu"] > pts[-1]["split"]["gpu"] + 0.2
+    lesson06.print_l2_model_vs_measured(rows, 50 * 2**20)
+    text = capsys.readouterr().out
+    assert "the largest x that fits" in text and "1.55x" in text
+    assert "online (04) at 16 MiB (12%)" in text
+
+
+def test_split_counters(capsys):
+    ncu, meta = lesson06.ncu_data()
+    rows, _ = lesson06.l2_data(live=False)
+    assert "Nsight Compute" in meta["command"]
+    lesson06.print_split_counters(ncu, rows, lesson06.device_props(live=False)[0])
+    out = capsys.readouterr().out
+    assert "37.1" in out and "37.3 µs" in out  # the cold pair against the timed pair, 32 MiB
+    assert "278.3" in out and "282.5 µs" in out
+    assert "moves 33.6 MB (y only) if x's second read comes from L2, 67.1 MB if it does not; measured 46.6 MB" in out
+
+
+def test_write_back_table(capsys):
+    ncu, _ = lesson06.ncu_data()
+    lesson06.print_write_back(ncu)
+    lines = capsys.readouterr().out.splitlines()[1:]
+    assert len(lines) == len(ncu)
+    for ln in lines:
+        f = ln.split()
+        reads, writes, dram, back, left = (float(v) for v in f[-5:])
+        assert dram >= reads - 0.1  # every kernel read all of its input from DRAM (a flushed L2)
+        if writes:
+            assert 0 <= left <= writes
+            assert left > 0.4 * writes or writes > 100  # small outputs: mostly still in L2 at the end
+    stats = [ln for ln in lines if " stats " in ln]
+    assert stats and all(float(ln.split()[-2]) < 3 for ln in stats)
+
+
+# --------------------------------------------------------------------------------------------
+# The benchmark, the cooperative kernel's counters, the tuning table (recorded)
 # --------------------------------------------------------------------------------------------
 
 
 def test_bench_data_recorded():
     rows, meta = lesson06.bench_data(live=False)
-    assert "gpu" in meta and rows
-    assert {(r["M"], r["N"]) for r in rows} == set(lesson06.LONG_SHAPES)
-    provs = lesson06.providers_in(rows)
-    assert {"torch_softmax", "online"} <= set(provs)
-    assert all(p in lesson06.PROVIDERS for p in provs)
+    assert "H100" in meta["gpu"]
+    assert {(r["M"], r["N"]) for r in rows} == set(lesson06.LONG_SHAPES) | {lesson06.HELD_OUT}
+    assert set(lesson06.providers_in(rows)) == set(lesson06.PROVIDERS)
+    assert lesson06._shapes(rows)[-1] == lesson06.HELD_OUT
 
 
 def test_bench_table_and_summary(capsys):
@@ -307,63 +402,104 @@ def test_bench_table_and_summary(capsys):
     lesson06.print_bench_table(rows, "float32")
     lesson06.bench_summary(rows)
     out = capsys.readouterr().out
-    assert "1024 x 64K" in out and "8 x 1M" in out
-    assert "of 8 reach the target of 0.85" in out
+    assert "1024 x 64K" in out and "8 x 1M" in out and "300 x 100000*" in out
+    assert "0 of 8 reach the target of 0.85" in out  # GPU time and eager
+    assert out.count("0 of 8 reach the target") == 2
+    assert "compile at 64 x 256K (eager 11%)" in out
+    assert "the copy takes 99 µs in a CUDA graph and 87 µs eager" in out
 
 
 def test_bench_handles_missing_providers(capsys):
-    rows = [dict(dtype="float32", M=8, N=2**20, provider="torch_softmax", frac_of_copy=0.06, status="ok"),
-            dict(dtype="float32", M=8, N=2**20, provider="split_coop", frac_of_copy=0.63, status="ok"),
-            dict(dtype="float32", M=8, N=2**20, provider="online", frac_of_copy=float("nan"), status="failed: x")]
+    base = dict(dtype="float32", M=8, N=2**20, status="ok", spread=0.0, graph_spread=0.0)
+    rows = [dict(base, provider="copy", graph_frac=1.0, frac_of_copy=1.0, ms=0.03, graph_ms=0.02),
+            dict(base, provider="torch_softmax", graph_frac=0.06, frac_of_copy=0.07),
+            dict(base, provider="split_coop", graph_frac=0.63, frac_of_copy=0.65),
+            dict(base, provider="online", graph_frac=float("nan"), frac_of_copy=float("nan"), status="failed: x")]
     assert lesson06.providers_in(rows) == ["torch_softmax", "split_coop"]
     lesson06.print_bench_table(rows, "float32")
     lesson06.bench_summary(rows)
     out = capsys.readouterr().out
-    assert "no split column" in out
-    assert "reaches 0.63 to 0.63" in out or "it reaches 0.63 to 0.63" in out
-    assert "10.50x" in out
+    assert "reaches 0.63 to 0.63" in out and "10.5x to 10.5x" in out
 
 
-def test_variants_recorded_and_best():
-    rows, meta = lesson06.variants_data(live=False)
-    assert "gpu" in meta
-    best = lesson06.best_variants(rows)
-    assert len(best) == 8
-    for (d, M, N), b in best.items():
-        assert {"split", "coop", "online", "torch_softmax"} <= set(b)
-        for dz, (frac, variant) in b.items():
-            assert lesson06.design(variant) == dz
-            assert frac == max(r["frac_of_copy"] for r in rows
-                               if (r["dtype"], r["M"], r["N"]) == (d, M, N) and r["status"] == "ok"
-                               and lesson06.design(r["variant"]) == dz)
-
-
-def test_l2_points_and_print(capsys):
-    rows, _ = lesson06.variants_data(live=False)
-    pts = lesson06.l2_points(rows)
-    assert [p["x_bytes"] for p in pts] == sorted(p["x_bytes"] for p in pts)
-    for p in pts:
-        assert p["ratio"] == pytest.approx(p["split"] / p["coop"])
-        assert p["copy_ms"] > 0
-    lesson06.print_l2_effect(rows, l2_bytes=62914560)
-    lesson06.print_best_variants(rows, l2_bytes=62914560)
+def test_earlier_recording(capsys):
+    l2, l2m = lesson06.l2_data(live=False)
+    b, bm = lesson06.bench_data(live=False)
+    lesson06.print_earlier_recording(l2, b, l2m, bm)
     out = capsys.readouterr().out
-    assert "x fits in L2 (3 shapes)" in out and "x does not fit in L2 (5 shapes)" in out
-    assert "best split configuration anywhere" in out
+    assert "0.88 of copy (eager 0.87) in split_l2.csv (commit b3a7cdd), 0.78 (eager 0.78) in bench_h100.csv" in out
+    assert "512 x 64K, 1024 x 64K" in out
+
+
+def test_coop_counters(capsys):
+    ncu, _ = lesson06.ncu_data()
+    b, _ = lesson06.bench_data(live=False)
+    lesson06.print_coop_counters(ncu, b, lesson06.device_props(live=False)[0])
+    lines = capsys.readouterr().out.splitlines()[2:]
+    assert len(lines) == 4
+    for ln in lines:
+        f = ln.split()
+        assert f[len(f) - 1 - f[::-1].index("x") + 1] in ("16", "8")  # warps a program
+        assert "25%" in ln  # the formula: one program of 16 warps (or two of 8) of 64 warp slots
+        kernel_us, copy_us = float(f[-2]), float(f[-1])
+        assert kernel_us > copy_us
+
+
+def test_coop_candidates_and_choice(capsys):
+    t, meta = lesson06.tuning_data()
+    b, _ = lesson06.bench_data(live=False)
+    cfg, src = lesson06.coop_choice(t, "float32", 1024, 65536)
+    assert (cfg.slice_cols, cfg.num_warps, src) == (16384, 16, (1024, 65536))
+    cfg, src = lesson06.coop_choice(t, "float32", 8, 2**20)
+    assert src == (256, 131072)  # no candidate passed at 8 x 1M: the nearest tuned shape
+    cfg, _ = lesson06.coop_choice(t, "bfloat16", 64, 2**18)
+    assert (cfg.slice_cols, cfg.num_warps) == (8192, 8)
+    lesson06.print_coop_candidates(t, b, meta)
+    out = capsys.readouterr().out
+    assert out.count("refused") >= 3 and "failed check" in out and "16384 x 16°" in out
+
+
+def test_softmax_choice_check(capsys):
+    base = dict(dtype="float32", M=8, N=2**20, status="ok")
+    rows = [dict(base, provider="split", graph_frac=0.6), dict(base, provider="split_coop", graph_frac=0.62),
+            dict(base, provider="softmax", graph_frac=0.61),
+            dict(base, M=64, N=2**18, provider="split", graph_frac=0.6),
+            dict(base, M=64, N=2**18, provider="softmax", graph_frac=0.3)]
+    lesson06.softmax_choice_check(rows)
+    out = capsys.readouterr().out.strip()
+    assert out == ("helpers.softmax is within 5% of the better split wrapper (GPU time) at 1 of 2 shapes; "
+                   "not at float32 64 x 256K (0.30 against 0.60)")
+    lesson06.softmax_choice_check(rows[:2])
+    assert "no helpers.softmax" in capsys.readouterr().out
 
 
 def test_live_data_needs_a_gpu():
     if helpers.ON_GPU:
         pytest.skip("live measurements run on a GPU")
-    for fn in (lesson06.bench_data, lesson06.variants_data, lesson06.device_props):
+    for fn in (lesson06.bench_data, lesson06.l2_data):
         with pytest.raises(RuntimeError, match="live=False"):
             fn(live=True)
+    with pytest.raises(RuntimeError):
+        lesson06.l2_rows()
 
 
 def test_shape_name():
     assert lesson06.shape_name(8, 2**20) == "8 x 1M"
     assert lesson06.shape_name(1024, 65536) == "1024 x 64K"
     assert lesson06.shape_name(3, 1000) == "3 x 1000"
+
+
+# --------------------------------------------------------------------------------------------
+# The cooperative kernel's safety net, under the interpreter
+# --------------------------------------------------------------------------------------------
+
+
+def test_coop_safety_net_prints(capsys):
+    assert lesson06.print_coop_safety_net(M=3, N=300, slice_cols=64, max_spin=1)
+    out = capsys.readouterr().out
+    assert "slices counted in, per row: [5, 5, 5]" in out
+    if helpers.INTERPRETER:
+        assert "(the last word): 12 of 15" in out
 
 
 # --------------------------------------------------------------------------------------------
@@ -395,9 +531,322 @@ def test_traffic_figure_bars():
         plt.close(fig)
 
 
+def test_l2_figure_shows_prediction_and_measurement():
+    import matplotlib.pyplot as plt
+
+    fig = lesson06.plot_l2_model()
+    try:
+        left, right = fig.axes[:2]
+        labels = [ln.get_label() for ln in left.get_lines()]
+        assert "model: two launches" in labels and "model: cooperative" in labels
+        assert any(lab.startswith("measured:") for lab in labels)
+        step = next(ln for ln in left.get_lines() if ln.get_label() == "model: two launches")
+        assert list(step.get_ydata()) == [1.0, 1.0, 2 / 3, 2 / 3] and step.get_xdata()[1] == 50
+        texts = [t.get_text() for t in right.texts]
+        assert "2.00" in texts and "3.00" in texts and "2.43" in texts and "2.94" in texts
+    finally:
+        plt.close(fig)
+
+
 # --------------------------------------------------------------------------------------------
-# Exercise checkers
+# Exercise 6.1: the learner's split statistics kernel, and the wrong kernels a learner writes
 # --------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def stats_right(stats_ptr, in_ptr, in_row_stride, in_col_stride, n_cols, slice_len, n_slices,
+                BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    s = tl.program_id(1)
+    start = s.to(tl.int64) * slice_len
+    cols = tl.arange(0, BLOCK_SIZE)
+    m = tl.full((), -float("inf"), tl.float32)
+    d = tl.zeros((), tl.float32)
+    for off in range(0, slice_len, BLOCK_SIZE):
+        c = start + off + cols
+        x = tl.load(in_ptr + row * in_row_stride + c * in_col_stride, mask=c < n_cols,
+                    other=-float("inf")).to(tl.float32)
+        m_new = tl.maximum(m, tl.max(x, axis=0))
+        alpha = tl.where(m_new == -float("inf"), 1.0, tl.exp(m - m_new))
+        d = d * alpha + tl.sum(tl.where(x == -float("inf"), 0.0, tl.exp(x - m_new)), axis=0)
+        m = m_new
+    tl.store(stats_ptr + (row * n_slices + s) * 2, m)
+    tl.store(stats_ptr + (row * n_slices + s) * 2 + 1, d)
+
+
+
+
+@triton.jit
+def stats_no_rescale(stats_ptr, in_ptr, in_row_stride, in_col_stride, n_cols, slice_len, n_slices,
+                     BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    s = tl.program_id(1)
+    start = s.to(tl.int64) * slice_len
+    cols = tl.arange(0, BLOCK_SIZE)
+    m = tl.full((), -float("inf"), tl.float32)
+    d = tl.zeros((), tl.float32)
+    for off in range(0, slice_len, BLOCK_SIZE):
+        c = start + off + cols
+        x = tl.load(in_ptr + row * in_row_stride + c * in_col_stride, mask=c < n_cols,
+                    other=-float("inf")).to(tl.float32)
+        m_new = tl.maximum(m, tl.max(x, axis=0))
+        d = d + tl.sum(tl.where(x == -float("inf"), 0.0, tl.exp(x - m_new)), axis=0)
+        m = m_new
+    tl.store(stats_ptr + (row * n_slices + s) * 2, m)
+    tl.store(stats_ptr + (row * n_slices + s) * 2 + 1, d)
+
+
+@triton.jit
+def stats_nan_trap(stats_ptr, in_ptr, in_row_stride, in_col_stride, n_cols, slice_len, n_slices,
+                   BLOCK_SIZE: tl.constexpr):
+    # no tl.where: exp(-inf - (-inf)) is NaN for a block of only -inf while m is still -inf
+    row = tl.program_id(0).to(tl.int64)
+    s = tl.program_id(1)
+    start = s.to(tl.int64) * slice_len
+    cols = tl.arange(0, BLOCK_SIZE)
+    m = tl.full((), -float("inf"), tl.float32)
+    d = tl.zeros((), tl.float32)
+    for off in range(0, slice_len, BLOCK_SIZE):
+        c = start + off + cols
+        x = tl.load(in_ptr + row * in_row_stride + c * in_col_stride, mask=c < n_cols,
+                    other=-float("inf")).to(tl.float32)
+        m_new = tl.maximum(m, tl.max(x, axis=0))
+        d = d * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new), axis=0)
+        m = m_new
+    tl.store(stats_ptr + (row * n_slices + s) * 2, m)
+    tl.store(stats_ptr + (row * n_slices + s) * 2 + 1, d)
+
+
+@triton.jit
+def stats_block_offset(stats_ptr, in_ptr, in_row_stride, in_col_stride, n_cols, slice_len, n_slices,
+                       BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    s = tl.program_id(1)
+    start = s.to(tl.int64) * BLOCK_SIZE  # wrong: slices are slice_len apart
+    cols = tl.arange(0, BLOCK_SIZE)
+    m = tl.full((), -float("inf"), tl.float32)
+    d = tl.zeros((), tl.float32)
+    for off in range(0, slice_len, BLOCK_SIZE):
+        c = start + off + cols
+        x = tl.load(in_ptr + row * in_row_stride + c * in_col_stride, mask=c < n_cols,
+                    other=-float("inf")).to(tl.float32)
+        m_new = tl.maximum(m, tl.max(x, axis=0))
+        alpha = tl.where(m_new == -float("inf"), 1.0, tl.exp(m - m_new))
+        d = d * alpha + tl.sum(tl.where(x == -float("inf"), 0.0, tl.exp(x - m_new)), axis=0)
+        m = m_new
+    tl.store(stats_ptr + (row * n_slices + s) * 2, m)
+    tl.store(stats_ptr + (row * n_slices + s) * 2 + 1, d)
+
+
+@triton.jit
+def stats_no_mask(stats_ptr, in_ptr, in_row_stride, in_col_stride, n_cols, slice_len, n_slices,
+                  BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    s = tl.program_id(1)
+    start = s.to(tl.int64) * slice_len
+    cols = tl.arange(0, BLOCK_SIZE)
+    m = tl.full((), -float("inf"), tl.float32)
+    d = tl.zeros((), tl.float32)
+    for off in range(0, slice_len, BLOCK_SIZE):
+        c = start + off + cols
+        x = tl.load(in_ptr + row * in_row_stride + c * in_col_stride).to(tl.float32)
+        m_new = tl.maximum(m, tl.max(x, axis=0))
+        alpha = tl.where(m_new == -float("inf"), 1.0, tl.exp(m - m_new))
+        d = d * alpha + tl.sum(tl.where(x == -float("inf"), 0.0, tl.exp(x - m_new)), axis=0)
+        m = m_new
+    tl.store(stats_ptr + (row * n_slices + s) * 2, m)
+    tl.store(stats_ptr + (row * n_slices + s) * 2 + 1, d)
+
+
+@triton.jit
+def stats_other_zero(stats_ptr, in_ptr, in_row_stride, in_col_stride, n_cols, slice_len, n_slices,
+                     BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    s = tl.program_id(1)
+    start = s.to(tl.int64) * slice_len
+    cols = tl.arange(0, BLOCK_SIZE)
+    m = tl.full((), -float("inf"), tl.float32)
+    d = tl.zeros((), tl.float32)
+    for off in range(0, slice_len, BLOCK_SIZE):
+        c = start + off + cols
+        x = tl.load(in_ptr + row * in_row_stride + c * in_col_stride, mask=c < n_cols, other=0.0).to(tl.float32)
+        m_new = tl.maximum(m, tl.max(x, axis=0))
+        alpha = tl.where(m_new == -float("inf"), 1.0, tl.exp(m - m_new))
+        d = d * alpha + tl.sum(tl.where(x == -float("inf"), 0.0, tl.exp(x - m_new)), axis=0)
+        m = m_new
+    tl.store(stats_ptr + (row * n_slices + s) * 2, m)
+    tl.store(stats_ptr + (row * n_slices + s) * 2 + 1, d)
+
+
+@triton.jit
+def stats_stops_early(stats_ptr, in_ptr, in_row_stride, in_col_stride, n_cols, slice_len, n_slices,
+                      BLOCK_SIZE: tl.constexpr):
+    # d is stored before the slice's last block is added: the loop stops one block early
+    row = tl.program_id(0).to(tl.int64)
+    s = tl.program_id(1)
+    start = s.to(tl.int64) * slice_len
+    cols = tl.arange(0, BLOCK_SIZE)
+    m = tl.full((), -float("inf"), tl.float32)
+    d = tl.zeros((), tl.float32)
+    for off in range(0, slice_len - BLOCK_SIZE, BLOCK_SIZE):
+        c = start + off + cols
+        x = tl.load(in_ptr + row * in_row_stride + c * in_col_stride, mask=c < n_cols,
+                    other=-float("inf")).to(tl.float32)
+        m_new = tl.maximum(m, tl.max(x, axis=0))
+        alpha = tl.where(m_new == -float("inf"), 1.0, tl.exp(m - m_new))
+        d = d * alpha + tl.sum(tl.where(x == -float("inf"), 0.0, tl.exp(x - m_new)), axis=0)
+        m = m_new
+    tl.store(stats_ptr + (row * n_slices + s) * 2, m)
+    tl.store(stats_ptr + (row * n_slices + s) * 2 + 1, d)
+
+
+@triton.jit
+def stats_last_block_only(stats_ptr, in_ptr, in_row_stride, in_col_stride, n_cols, slice_len, n_slices,
+                          BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    s = tl.program_id(1)
+    start = s.to(tl.int64) * slice_len
+    cols = tl.arange(0, BLOCK_SIZE)
+    m = tl.full((), -float("inf"), tl.float32)
+    d = tl.zeros((), tl.float32)
+    for off in range(0, slice_len, BLOCK_SIZE):
+        c = start + off + cols
+        x = tl.load(in_ptr + row * in_row_stride + c * in_col_stride, mask=c < n_cols,
+                    other=-float("inf")).to(tl.float32)
+        m_new = tl.maximum(m, tl.max(x, axis=0))
+        d = tl.sum(tl.where(x == -float("inf"), 0.0, tl.exp(x - m_new)), axis=0)
+        m = m_new
+    tl.store(stats_ptr + (row * n_slices + s) * 2, m)
+    tl.store(stats_ptr + (row * n_slices + s) * 2 + 1, d)
+
+
+@triton.jit
+def stats_no_col_stride(stats_ptr, in_ptr, in_row_stride, in_col_stride, n_cols, slice_len, n_slices,
+                        BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    s = tl.program_id(1)
+    start = s.to(tl.int64) * slice_len
+    cols = tl.arange(0, BLOCK_SIZE)
+    m = tl.full((), -float("inf"), tl.float32)
+    d = tl.zeros((), tl.float32)
+    for off in range(0, slice_len, BLOCK_SIZE):
+        c = start + off + cols
+        x = tl.load(in_ptr + row * in_row_stride + c, mask=c < n_cols, other=-float("inf")).to(tl.float32)
+        m_new = tl.maximum(m, tl.max(x, axis=0))
+        alpha = tl.where(m_new == -float("inf"), 1.0, tl.exp(m - m_new))
+        d = d * alpha + tl.sum(tl.where(x == -float("inf"), 0.0, tl.exp(x - m_new)), axis=0)
+        m = m_new
+    tl.store(stats_ptr + (row * n_slices + s) * 2, m)
+    tl.store(stats_ptr + (row * n_slices + s) * 2 + 1, d)
+
+
+@triton.jit
+def stats_no_max_shift(stats_ptr, in_ptr, in_row_stride, in_col_stride, n_cols, slice_len, n_slices,
+                       BLOCK_SIZE: tl.constexpr):
+    # d = sum of exp(x), shifted only at the end: exp(300) overflows float32
+    row = tl.program_id(0).to(tl.int64)
+    s = tl.program_id(1)
+    start = s.to(tl.int64) * slice_len
+    cols = tl.arange(0, BLOCK_SIZE)
+    m = tl.full((), -float("inf"), tl.float32)
+    d = tl.zeros((), tl.float32)
+    for off in range(0, slice_len, BLOCK_SIZE):
+        c = start + off + cols
+        x = tl.load(in_ptr + row * in_row_stride + c * in_col_stride, mask=c < n_cols,
+                    other=-float("inf")).to(tl.float32)
+        m = tl.maximum(m, tl.max(x, axis=0))
+        d = d + tl.sum(tl.exp(x), axis=0)
+    d = tl.where(m == -float("inf"), 0.0, d * tl.exp(-m))
+    tl.store(stats_ptr + (row * n_slices + s) * 2, m)
+    tl.store(stats_ptr + (row * n_slices + s) * 2 + 1, d)
+
+
+@triton.jit
+def stats_store_past_end(stats_ptr, in_ptr, in_row_stride, in_col_stride, n_cols, slice_len, n_slices,
+                         BLOCK_SIZE: tl.constexpr):
+    # off by one pair: the last program's d lands just past the buffer
+    row = tl.program_id(0).to(tl.int64)
+    s = tl.program_id(1)
+    start = s.to(tl.int64) * slice_len
+    cols = tl.arange(0, BLOCK_SIZE)
+    m = tl.full((), -float("inf"), tl.float32)
+    d = tl.zeros((), tl.float32)
+    for off in range(0, slice_len, BLOCK_SIZE):
+        c = start + off + cols
+        x = tl.load(in_ptr + row * in_row_stride + c * in_col_stride, mask=c < n_cols,
+                    other=-float("inf")).to(tl.float32)
+        m_new = tl.maximum(m, tl.max(x, axis=0))
+        alpha = tl.where(m_new == -float("inf"), 1.0, tl.exp(m - m_new))
+        d = d * alpha + tl.sum(tl.where(x == -float("inf"), 0.0, tl.exp(x - m_new)), axis=0)
+        m = m_new
+    tl.store(stats_ptr + (row * n_slices + s + 1) * 2, m)
+    tl.store(stats_ptr + (row * n_slices + s + 1) * 2 + 1, d)
+
+
+@triton.jit
+def stats_store_far(stats_ptr, in_ptr, in_row_stride, in_col_stride, n_cols, slice_len, n_slices,
+                    BLOCK_SIZE: tl.constexpr):
+    # the pair stored at the slice's first column, as if stats were laid out like x: far outside
+    row = tl.program_id(0).to(tl.int64)
+    s = tl.program_id(1)
+    start = s.to(tl.int64) * slice_len
+    cols = tl.arange(0, BLOCK_SIZE)
+    m = tl.full((), -float("inf"), tl.float32)
+    d = tl.zeros((), tl.float32)
+    for off in range(0, slice_len, BLOCK_SIZE):
+        c = start + off + cols
+        x = tl.load(in_ptr + row * in_row_stride + c * in_col_stride, mask=c < n_cols,
+                    other=-float("inf")).to(tl.float32)
+        m_new = tl.maximum(m, tl.max(x, axis=0))
+        alpha = tl.where(m_new == -float("inf"), 1.0, tl.exp(m - m_new))
+        d = d * alpha + tl.sum(tl.where(x == -float("inf"), 0.0, tl.exp(x - m_new)), axis=0)
+        m = m_new
+    tl.store(stats_ptr + (row * in_row_stride + start) * 64, m)
+    tl.store(stats_ptr + (row * in_row_stride + start) * 64 + 1, d)
+
+
+@triton.jit
+def stats_template(stats_ptr, in_ptr, in_row_stride, in_col_stride, n_cols, slice_len, n_slices,
+                   BLOCK_SIZE: tl.constexpr):
+    raise NotImplementedError  # your code here
+
+
+@triton.jit
+def stats_swapped(stats_ptr, in_ptr, in_row_stride, in_col_stride, n_cols, slice_len, n_slices,
+                  BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    s = tl.program_id(1)
+    start = s.to(tl.int64) * slice_len
+    cols = tl.arange(0, BLOCK_SIZE)
+    m = tl.full((), -float("inf"), tl.float32)
+    d = tl.zeros((), tl.float32)
+    for off in range(0, slice_len, BLOCK_SIZE):
+        c = start + off + cols
+        x = tl.load(in_ptr + row * in_row_stride + c * in_col_stride, mask=c < n_cols,
+                    other=-float("inf")).to(tl.float32)
+        m_new = tl.maximum(m, tl.max(x, axis=0))
+        alpha = tl.where(m_new == -float("inf"), 1.0, tl.exp(m - m_new))
+        d = d * alpha + tl.sum(tl.where(x == -float("inf"), 0.0, tl.exp(x - m_new)), axis=0)
+        m = m_new
+    tl.store(stats_ptr + (row * n_slices + s) * 2, d)
+    tl.store(stats_ptr + (row * n_slices + s) * 2 + 1, m)
+
+
+@triton.jit
+def stats_stores_nothing(stats_ptr, in_ptr, in_row_stride, in_col_stride, n_cols, slice_len, n_slices,
+                         BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    s = tl.program_id(1)
+    # stores at row * n_slices + s (forgetting the pair's 2): half the buffer stays untouched
+    tl.store(stats_ptr + row * n_slices + s, 0.0)
+
+
+@triton.jit
+def stats_bad_code(stats_ptr, in_ptr, in_row_stride, in_col_stride, n_cols, slice_len, n_slices,
+                   BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0)
+    x = tl.load(in_ptr + row * in_row_stride + tl.arange(0, BLOCK_SIZE) * in_col_stride)
+    tl.store(stats_ptr + row, tl.no_such_function(x))
 
 
 def _untouched(*args):
@@ -425,11 +874,21 @@ def combine_no_rescale(stats):
     return stats[..., 0].max(dim=-1).values, stats[..., 1].sum(dim=-1)
 
 
+def frac_right(design, M, N, e, l2):
+    x = M * N * e
+    if design == "split_coop" or (design == "split" and x <= l2):
+        return 1.0
+    return 2 / 3
+
+
+def frac_always_three_passes(design, M, N, e, l2):
+    return 1.0 if design == "split_coop" else 2 / 3
+
+
+#: exercise -> (checker, a right answer, a wrong answer); the kernel exercise has its own tests below.
 CHECKERS = {
-    "6.1": (lesson06.check_6_1, combine_right, combine_no_rescale),
-    "6.2": (lesson06.check_6_2, lambda M, s, k: max(1, -(-k * s // M)), lambda M, s, k: k * s // M),
-    "6.3": (lesson06.check_6_3, lambda M, N, e, l2: (2 if M * N * e <= l2 else 3) * M * N * e,
-            lambda M, N, e, l2: 3 * M * N * e),
+    "6.2": (lesson06.check_6_2, combine_right, combine_no_rescale),
+    "6.3": (lesson06.check_6_3, frac_right, frac_always_three_passes),
 }
 
 
@@ -456,10 +915,10 @@ def test_checker_untouched(capsys, ex):
     assert "): not yet: replace `raise NotImplementedError`" in line, line
 
 
-@pytest.mark.parametrize("ex", list(CHECKERS))
+@pytest.mark.parametrize("ex", list(CHECKERS) + ["6.1"])
 @pytest.mark.parametrize("value", [None, ...])
 def test_checker_unattempted_value(capsys, ex, value):
-    checker, _, _ = CHECKERS[ex]
+    checker = lesson06.check_6_1 if ex == "6.1" else CHECKERS[ex][0]
     line = _run(capsys, checker, value)
     assert "): not yet" in line, line
 
@@ -488,14 +947,86 @@ def test_checker_missing_return_and_not_a_function(capsys, ex):
     assert "wrong: expected a function, got int" in line, line
 
 
-def test_checker_6_1_verdicts(capsys):
-    line = _run(capsys, lesson06.check_6_1, combine_no_guard)
+# ---- 6.1: the kernel ------------------------------------------------------------------------
+
+
+def test_checker_6_1_right(capsys):
+    line = _run(capsys, lesson06.check_6_1, stats_right)
+    assert line.startswith("Exercise 6.1 (the split statistics kernel): correct"), line
+
+
+def test_checker_6_1_accepts_the_library_kernel(capsys):
+    line = _run(capsys, lesson06.check_6_1, helpers.kernels.softmax_split_stats_kernel)
+    assert "): correct" in line, line
+
+
+def test_checker_6_1_untouched_template(capsys):
+    line = _run(capsys, lesson06.check_6_1, stats_template)
+    assert "): not yet: replace `raise NotImplementedError`" in line, line
+
+
+@pytest.mark.parametrize("kernel,hint", [
+    ("stats_no_rescale", "multiply d by exp(m_old - m_new)"),
+    ("stats_nan_trap", "exp(-inf - (-inf)) is NaN"),
+    ("stats_block_offset", "starts at column s * slice_len, not s * BLOCK_SIZE"),
+    ("stats_no_mask", "reads past n_cols: load with a mask"),
+    ("stats_other_zero", "masked lanes load 0"),
+    ("stats_stops_early", "stops before the slice's last block"),
+    ("stats_last_block_only", "d holds only the last block's terms"),
+    ("stats_no_col_stride", "in_col_stride elements apart"),
+    ("stats_no_max_shift", "never of x alone"),
+    ("stats_swapped", "m and d are swapped"),
+    ("stats_stores_nothing", "nothing was stored for (row 3, slice 0)"),
+    ("stats_store_past_end", "wrote past the end of its output"),
+    ("stats_store_far", "went out of bounds"),
+    ("stats_bad_code", "raised"),
+])
+def test_checker_6_1_wrong_kernels(capsys, kernel, hint):
+    line = _run(capsys, lesson06.check_6_1, globals()[kernel])
+    assert line.startswith("Exercise 6.1 (the split statistics kernel): wrong: "), line
+    assert hint in line, line
+
+
+def test_checker_6_1_out_of_bounds_store_leaves_the_process_alive(capsys):
+    """A store far outside the buffers is stopped before it happens; the interpreter (and this
+    process) go on: the next launch of a right kernel is judged correct."""
+    line = _run(capsys, lesson06.check_6_1, stats_store_far)
+    assert "wrong: your kernel went out of bounds" in line, line
+    line = _run(capsys, lesson06.check_6_1, stats_right)
+    assert "): correct" in line, line
+
+
+def test_checker_6_1_not_a_kernel(capsys):
+    line = _run(capsys, lesson06.check_6_1, lambda *a: None)
+    assert "wrong: split_stats_kernel must be a Triton kernel" in line, line
+    line = _run(capsys, lesson06.check_6_1, 42)
+    assert "wrong: split_stats_kernel must be a Triton kernel" in line, line
+
+
+def test_simulate_stats_matches_slice_stats():
+    """The checker's float64 model of the kernel agrees with slice_stats on every case."""
+    for _desc, data, L, B, cs, row_len in lesson06._stats_kernel_cases():
+        M, N = data.shape
+        base = torch.full((M, row_len), 1000.0)
+        x = base[:, : N * cs: cs] if cs != 1 else base
+        x.copy_(data)
+        m, d = lesson06.simulate_stats(x, L, B)
+        m64, d64 = slice_stats(data.double(), triton.cdiv(N, L), L)
+        assert torch.equal(m, m64)
+        assert torch.allclose(d, d64, rtol=1e-12, atol=0)
+
+
+# ---- 6.2 and 6.3 ----------------------------------------------------------------------------
+
+
+def test_checker_6_2_verdicts(capsys):
+    line = _run(capsys, lesson06.check_6_2, combine_no_guard)
     assert "wrong" in line and "NaN" in line, line
-    line = _run(capsys, lesson06.check_6_1, combine_no_rescale)
+    line = _run(capsys, lesson06.check_6_2, combine_no_rescale)
     assert "moved to the row's maximum" in line, line
-    line = _run(capsys, lesson06.check_6_1, lambda s: combine_right(s)[0])
+    line = _run(capsys, lesson06.check_6_2, lambda s: combine_right(s)[0])
     assert "return a pair of tensors" in line, line
-    line = _run(capsys, lesson06.check_6_1, lambda s: tuple(t[:, None] for t in combine_right(s)))
+    line = _run(capsys, lesson06.check_6_2, lambda s: tuple(t[:, None] for t in combine_right(s)))
     assert "one per row" in line, line
 
     def modifies(stats):
@@ -503,52 +1034,81 @@ def test_checker_6_1_verdicts(capsys):
         stats[..., 1] = 0.0
         return out
 
-    line = _run(capsys, lesson06.check_6_1, modifies)
+    line = _run(capsys, lesson06.check_6_2, modifies)
     assert "changed the statistics tensor" in line, line
     # a float32 answer is fine: the checker compares in float64 with a tolerance
-    line = _run(capsys, lesson06.check_6_1, lambda s: tuple(t.float().double() for t in combine_right(s)))
+    line = _run(capsys, lesson06.check_6_2, lambda s: tuple(t.float().double() for t in combine_right(s)))
     assert "): correct" in line, line
-
-
-def test_checker_6_2_verdicts(capsys):
-    line = _run(capsys, lesson06.check_6_2, lambda M, s, k: k * s / M)
-    assert "return an int" in line, line
-    line = _run(capsys, lesson06.check_6_2, lambda M, s, k: -(-k * s // M))  # ceil alone is enough: M >= 1
-    assert "): correct" in line, line
-    line = _run(capsys, lesson06.check_6_2, lambda M, s, k: math.ceil(k * s / M) * 1.0)
-    assert "got the float" in line, line
-    line = _run(capsys, lesson06.check_6_2, lambda M, s, k: -(-k * s // M) + 1)
-    assert "are already enough" in line, line
 
 
 def test_checker_6_3_verdicts(capsys):
-    line = _run(capsys, lesson06.check_6_3, lambda M, N, e, l2: 3 * M * N * e)
-    assert "fits in L2" in line and "from L2" in line, line
-    line = _run(capsys, lesson06.check_6_3, lambda M, N, e, l2: (2 if M * N * e < l2 else 3) * M * N * e)
-    assert "wrong" in line and "fits in L2" in line, line  # exactly full counts as fitting
-    line = _run(capsys, lesson06.check_6_3, lambda M, N, e, l2: "lots")
-    assert "return a number of bytes" in line, line
+    line = _run(capsys, lesson06.check_6_3, frac_always_three_passes)
+    assert "x fits in L2 here" in line and "second read is free" in line, line
+
+    def strict(design, M, N, e, l2):  # "<" instead of "<=": exactly full does not count
+        x = M * N * e
+        return 1.0 if design == "split_coop" or (design == "split" and x < l2) else 2 / 3
+
+    line = _run(capsys, lesson06.check_6_3, strict)
+    assert "exactly full counts as fitting" in line, line
+
+    def bytes_not_frac(design, M, N, e, l2):
+        return 3 * M * N * e
+
+    line = _run(capsys, lesson06.check_6_3, bytes_not_frac)
+    assert "at most 1" in line, line
+
+    def coop_three(design, M, N, e, l2):
+        return 2 / 3 if design == "split_coop" else frac_right(design, M, N, e, l2)
+
+    line = _run(capsys, lesson06.check_6_3, coop_three)
+    assert "cooperative kernel reads x once" in line, line
+
+    def online_cached(design, M, N, e, l2):
+        return 1.0 if design == "online" and M * N * e <= l2 else frac_right(design, M, N, e, l2)
+
+    line = _run(capsys, lesson06.check_6_3, online_cached)
+    assert "both of the online kernel's passes" in line, line
+
+    def never_fits(design, M, N, e, l2):
+        return 1.0 if design == "split_coop" else 2 / 3
+
+    line = _run(capsys, lesson06.check_6_3, never_fits)
+    assert "wrong" in line, line
+    line = _run(capsys, lesson06.check_6_3, lambda *a: "lots")
+    assert "return a number" in line, line
 
 
 def test_answers_match_the_solutions():
-    assert lesson06.slices_per_row_answer(8, 132, 4) == 66
-    assert lesson06.slices_per_row_answer(1024, 132, 4) == 1
-    assert lesson06.slices_per_row_answer(528, 132, 4) == 1
-    assert lesson06.slices_per_row_answer(527, 132, 4) == 2
     stats = torch.tensor([[[1.0, 2.0], [-math.inf, 0.0]], [[-math.inf, 0.0], [-math.inf, 0.0]]], dtype=torch.float64)
     m, d = lesson06.combine_answer(stats)
     assert m.tolist() == [1.0, -math.inf] and d.tolist() == [2.0, 0.0]
+    for design in ("online", "split", "split_coop"):
+        for M in (8, 64, 1024):
+            assert frac_right(design, M, 2**18, 4, 50 * 2**20) == pytest.approx(
+                lesson06.predicted_frac_answer(design, M, 2**18, 4, 50 * 2**20))
 
 
-def test_softmax_choice_check(capsys):
-    base = dict(dtype="float32", M=8, N=2**20, status="ok")
-    rows = [dict(base, provider="split", frac_of_copy=0.6), dict(base, provider="split_coop", frac_of_copy=0.62),
-            dict(base, provider="softmax", frac_of_copy=0.61),
-            dict(base, M=64, N=2**18, provider="split", frac_of_copy=0.6),
-            dict(base, M=64, N=2**18, provider="softmax", frac_of_copy=0.3)]
-    lesson06.softmax_choice_check(rows)
-    out = capsys.readouterr().out.strip()
-    assert out == ("helpers.softmax is within 5% of the better split wrapper at 1 of 2 shapes; "
-                   "not at float32 64 x 256K (0.30 against 0.60)")
-    lesson06.softmax_choice_check(rows[:2])
-    assert "no helpers.softmax" in capsys.readouterr().out
+def test_notebook_solutions_pass_their_checkers(capsys, tmp_path):
+    """The code inside each exercise's solution cell, run as a learner would paste it, is judged correct."""
+    import json
+    import re
+    from pathlib import Path
+
+    nb = json.loads((Path(__file__).resolve().parent.parent / "notebooks" / "06_split_rows.ipynb").read_text())
+    sols = ["".join(c["source"]) for c in nb["cells"] if "solution" in c.get("metadata", {}).get("tags", [])]
+    assert len(sols) == 3
+    checks = {"split_stats_kernel": lesson06.check_6_1, "combine": lesson06.check_6_2,
+              "predicted_frac": lesson06.check_6_3}
+    for sol in sols:
+        code = re.search(r"```python\n(.*?)```", sol, re.S).group(1)
+        name = re.search(r"^def (\w+)", code, re.M).group(1)
+        path = tmp_path / f"lesson06_solution_{name}.py"
+        path.write_text("import torch\nimport triton\nimport triton.language as tl\n\n" + code)
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        line = _run(capsys, checks[name], getattr(mod, name))
+        assert "): correct" in line, line
