@@ -5,7 +5,11 @@
 
 Each case calls a course wrapper (or a copy) twice; ncu skips the first call's kernels (compilation
 and warm-up) and records the second's with the SpeedOfLight, MemoryWorkloadAnalysis, Occupancy and
-WarpStateStats sections, clocks left as they are (``--clock-control none``).
+WarpStateStats sections, clocks left as they are (``--clock-control none``). Nsight Compute's
+default cache control flushes L2 before each profiled kernel (the recorded ncu_h100.csv was taken
+so): every kernel starts cold, so reuse of data between two launches is not visible; pass
+``NCU_CACHE_CONTROL=none`` in the environment to profile with the caches as the previous kernel
+left them.
 """
 
 from __future__ import annotations
@@ -60,7 +64,7 @@ def main(argv) -> int:
             continue
         # torch.randn's kernel is an elementwise one too: a copy case skips it and the warm-up copy.
         regex, skip = ("regex:elementwise|copy", 2) if what == "copy" else ("regex:softmax", per_call)
-        cmd = ["ncu", "--clock-control", "none", "--csv", "--page", "details", "--launch-skip", str(skip),
+        cmd = ["ncu", "--clock-control", "none", "--cache-control", os.environ.get("NCU_CACHE_CONTROL", "all"), "--csv", "--page", "details", "--launch-skip", str(skip),
                "--launch-count", str(per_call), "--kernel-name", regex]
         for s in SECTIONS:
             cmd += ["--section", s]
