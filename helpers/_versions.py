@@ -3,6 +3,10 @@
 A version outside the supported range gets one clear message at the first ``import helpers``,
 rather than a deep traceback from inside Triton later on. The ranges are the ones stated in
 ``requirements.txt``; keep the two in step.
+
+Triton is optional: it publishes builds for Linux only, so on macOS and Windows it is not
+installed and lessons 01-02 run without it (``helpers.mode`` says what the kernel lessons need).
+An installed Triton must still be in range.
 """
 
 from __future__ import annotations
@@ -16,6 +20,9 @@ SUPPORTED = {
     "triton": ((3, 6), (3, 10)),
     "numpy": ((1, 26), (3, 0)),
 }
+
+#: Packages the course runs without (then ``helpers.HAS_TRITON`` is False and the kernels are missing).
+OPTIONAL = ("triton",)
 
 
 class UnsupportedVersionError(ImportError):
@@ -54,6 +61,8 @@ def problems(versions: dict[str, str | None] | None = None, interpret: bool | No
     for name, (lo, hi) in SUPPORTED.items():
         v = versions.get(name)
         if v is None:
+            if name in OPTIONAL:
+                continue
             out.append(f"{name} is not installed: run `pip install -r requirements.txt` (or `make venv`).")
             continue
         if not (lo <= _parse(v) < hi):

@@ -18,9 +18,8 @@ import subprocess
 from pathlib import Path
 
 import torch
-import triton
 
-from .mode import ON_GPU
+from .mode import ON_GPU, triton_version
 
 #: The repository's ``figures/`` and ``figures/data/`` folders.
 FIGURES_DIR = Path(__file__).resolve().parent.parent / "figures"
@@ -66,7 +65,7 @@ def provenance(command: str = "") -> dict:
         "gpu": torch.cuda.get_device_name() if ON_GPU else "none (CPU interpreter)",
         "driver": _driver() if ON_GPU else "none",
         "torch": torch.__version__,
-        "triton": triton.__version__,
+        "triton": triton_version(),
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "commit": _commit(),
         "command": command,

@@ -1,15 +1,16 @@
 """Lesson 01 · Naive softmax in PyTorch: traffic tables, the roofline, figures and exercise checkers.
 
 The traffic numbers come from ``helpers.traffic`` (one place counts them); this module turns them
-into a table, a figure and an arithmetic-intensity estimate. The GPU numbers are datasheet values,
-not measurements.
+into a table, a figure and an arithmetic-intensity estimate. The GPU numbers are the course's
+recorded GPU (``figures/data/device_props.csv``, the H100): its DRAM peak from clocks and its
+measured copy bandwidth; only the fp32 peak uses a datasheet number (the boost clock).
 """
 
 from __future__ import annotations
 
 import torch
 
-from . import plots
+from . import gpu_data, plots
 from .exercises import Wrong, check, expect_close, fmt, call_attempt
 from .reference import reference_softmax, stable_softmax
 from .traffic import kernel_traffic, naive_ops
@@ -85,8 +86,48 @@ def plot_naive_traffic(M: int = 4096, N: int = 1024):
 # Arithmetic intensity and the roofline
 # --------------------------------------------------------------------------------------------
 
-#: Datasheet numbers for an NVIDIA H100 SXM5: fp32 without tensor cores, and HBM3 bandwidth.
-H100 = {"name": "H100 SXM (datasheet)", "fp32_flops": 67e12, "bytes_per_s": 3.35e12}
+#: fp32 lanes per SM of a Hopper GPU (H100, H200), and its boost clock (NVIDIA's H100 SXM
+#: datasheet): device_props.csv records neither, so the compute roof is the one datasheet number.
+FP32_LANES_PER_SM = 128
+BOOST_CLOCK_HZ = 1.98e9
+
+
+def recorded_gpu() -> dict:
+    """The course's GPU as ``figures/data/device_props.csv`` recorded it (the H100): its name, SM
+    count, the DRAM peak from its memory clock and bus width, the measured bandwidth of
+    ``y.copy_(x)`` on 1 GiB (eager time and GPU time, bytes read + written), the fp32 peak
+    (SMs x 128 lanes x 2 FLOP per fused multiply-add x the datasheet's boost clock), the provenance.
+
+    ``name``, ``fp32_flops`` and ``bytes_per_s`` (the DRAM peak: the memory roof) are what
+    ``ridge_point``, ``print_time_estimate`` and ``plot_roofline`` use."""
+    props, meta = gpu_data.device_props(live=False)
+    sms = int(props["sm_count"])
+    return {
+        "name": props["name"].replace("NVIDIA ", ""),
+        "full_name": props["name"],
+        "sm_count": sms,
+        "fp32_flops": sms * FP32_LANES_PER_SM * 2 * BOOST_CLOCK_HZ,
+        "bytes_per_s": float(props["dram_peak_gbps"]) * 1e9,
+        "copy_bytes_per_s": float(props["copy_gbps_1GiB"]) * 1e9,
+        "copy_graph_bytes_per_s": float(props["copy_graph_gbps_1GiB"]) * 1e9,
+        "provenance": gpu_data.provenance_line(meta),
+    }
+
+
+def print_gpu(gpu: dict | None = None) -> None:
+    """Print the recorded GPU's peaks: DRAM peak, measured copy (eager and GPU time), fp32 peak,
+    and where they come from."""
+    g = recorded_gpu() if gpu is None else gpu
+    peak = g["bytes_per_s"]
+    print(f"{g['full_name']} (figures/data/device_props.csv)")
+    print(f"  DRAM peak, from the memory clock and bus width   {peak / 1e9:6.0f} GB/s")
+    for label, key in (("eager time", "copy_bytes_per_s"), ("GPU time  ", "copy_graph_bytes_per_s")):
+        print(f"  y.copy_(x) of 1 GiB, measured, {label}        {g[key] / 1e9:6.0f} GB/s  "
+              f"({g[key] / peak:.2f} of the peak)")
+    print(f"  fp32 arithmetic: {g['sm_count']} SMs x {FP32_LANES_PER_SM} lanes x 2 FLOP x "
+          f"{BOOST_CLOCK_HZ / 1e9:.2f} GHz = {g['fp32_flops'] / 1e12:.1f} TFLOP/s")
+    print(g["provenance"])
+
 
 #: Floating-point operations per element of softmax: compare (max), subtract, exp, add (sum),
 #: divide. ``exp`` is really a few instructions on the GPU's special-function unit; counting it
@@ -94,10 +135,11 @@ H100 = {"name": "H100 SXM (datasheet)", "fp32_flops": 67e12, "bytes_per_s": 3.35
 SOFTMAX_FLOPS_PER_ELEMENT = 5
 
 
-def ridge_point(gpu: dict = H100) -> float:
+def ridge_point(gpu: dict | None = None) -> float:
     """FLOPs per byte at which a kernel stops being limited by memory and starts being limited
-    by arithmetic: peak FLOP/s divided by peak bytes/s."""
-    return gpu["fp32_flops"] / gpu["bytes_per_s"]
+    by arithmetic: peak FLOP/s divided by peak bytes/s (default: the recorded GPU)."""
+    g = recorded_gpu() if gpu is None else gpu
+    return g["fp32_flops"] / g["bytes_per_s"]
 
 
 def softmax_intensity(kernel: str = "fused", element_size: int = 4, M: int = 4096, N: int = 4096) -> float:
@@ -106,27 +148,28 @@ def softmax_intensity(kernel: str = "fused", element_size: int = 4, M: int = 409
     return SOFTMAX_FLOPS_PER_ELEMENT * M * N / ((t["reads"] + t["writes"]) * element_size)
 
 
-def print_time_estimate(M: int, N: int, element_size: int = 4, gpu: dict = H100) -> None:
-    """Print how long the arithmetic and the memory traffic of softmax would take at peak rates."""
+def print_time_estimate(M: int, N: int, element_size: int = 4, gpu: dict | None = None) -> None:
+    """Print how long the arithmetic and the memory traffic of softmax would take at the GPU's
+    peak rates (default: the recorded GPU)."""
+    g = recorded_gpu() if gpu is None else gpu
     flops = SOFTMAX_FLOPS_PER_ELEMENT * M * N
-    t_compute = flops / gpu["fp32_flops"]
-    print(f"softmax of {M} x {N}, {element_size}-byte elements, on an {gpu['name']}")
-    print(f"  {'arithmetic':<14} {flops / 1e6:7.1f} MFLOP at {gpu['fp32_flops'] / 1e12:5.0f} TFLOP/s -> {t_compute * 1e6:6.1f} us")
+    t_compute = flops / g["fp32_flops"]
+    print(f"softmax of {M} x {N}, {element_size}-byte elements, on the {g['name']} at its peaks")
+    print(f"  {'arithmetic':<14} {flops / 1e6:7.1f} MFLOP at {g['fp32_flops'] / 1e12:5.1f} TFLOP/s -> {t_compute * 1e6:6.1f} us")
     for kernel in ("naive", "fused"):
         t = kernel_traffic(kernel, M, N)
         nbytes = (t["reads"] + t["writes"]) * element_size
-        t_mem = nbytes / gpu["bytes_per_s"]
-        print(
-            f"  {kernel + ' traffic':<14} {nbytes / 1e6:7.1f} MB    at {gpu['bytes_per_s'] / 1e12:5.2f} TB/s    -> "
-            f"{t_mem * 1e6:6.1f} us  ({t_mem / t_compute:.0f}x the arithmetic)"
-        )
+        t_mem = nbytes / g["bytes_per_s"]
+        print(f"  {kernel + ' traffic':<14} {nbytes / 1e6:7.1f} MB    at {g['bytes_per_s'] / 1e9:5.0f} GB/s    -> "
+              f"{t_mem * 1e6:6.1f} us  ({t_mem / t_compute:.0f}x the arithmetic)")
 
 
-def plot_roofline(gpu: dict = H100):
-    """The roofline of ``gpu`` (attainable FLOP/s against arithmetic intensity) with softmax,
-    naive and fused, far to the left of the ridge point."""
+def plot_roofline(gpu: dict | None = None):
+    """The roofline of ``gpu`` (default: the recorded GPU; attainable FLOP/s against arithmetic
+    intensity) with softmax, naive and fused, far to the left of the ridge point."""
     import numpy as np
 
+    gpu = recorded_gpu() if gpu is None else gpu
     fig, ax = plots.new_figure(7.0, 3.8)
     peak, bw = gpu["fp32_flops"], gpu["bytes_per_s"]
     ridge = ridge_point(gpu)
@@ -134,9 +177,9 @@ def plot_roofline(gpu: dict = H100):
     ax.plot(ai, np.minimum(peak, ai * bw) / 1e12, color="#333333", lw=2)
     ax.axvline(ridge, color="#888888", ls="--", lw=1)
     ax.text(ridge * 1.1, 0.02, f"ridge point\n{ridge:.0f} FLOP/byte", fontsize=9, va="bottom")
-    ax.text(1.6, 1.6 * bw / 1e12 * 2.2, f"memory roof: {bw / 1e12:.2f} TB/s", fontsize=9, rotation=29,
+    ax.text(1.6, 1.6 * bw / 1e12 * 2.2, f"memory roof: {bw / 1e9:.0f} GB/s", fontsize=9, rotation=29,
             ha="center", va="center")
-    ax.text(60, peak / 1e12 * 1.15, f"compute roof: {peak / 1e12:.0f} TFLOP/s (fp32)", fontsize=9, ha="center")
+    ax.text(60, peak / 1e12 * 1.15, f"compute roof: {peak / 1e12:.1f} TFLOP/s (fp32)", fontsize=9, ha="center")
     for kernel, color, where in (("naive", plots.COLORS["naive"], (0.6, 0.06)), ("fused", plots.COLORS["fused"], (0.09, 8.0))):
         x = softmax_intensity(kernel)
         y = x * bw / 1e12
@@ -149,7 +192,7 @@ def plot_roofline(gpu: dict = H100):
     ax.set_ylim(1e-2, 300)
     ax.set_xlabel("arithmetic intensity (FLOP per byte of DRAM traffic)")
     ax.set_ylabel("attainable TFLOP/s")
-    ax.set_title(f"Roofline of an {gpu['name']}, fp32: softmax sits on the memory roof", fontsize=10)
+    ax.set_title(f"Roofline of the {gpu['name']}, fp32: softmax sits on the memory roof", fontsize=10)
     return fig
 
 

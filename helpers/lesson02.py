@@ -1,5 +1,6 @@
 """Lesson 02 · Numerical stability: where exp overflows and underflows, a printed trace of the
-max-shift trick, the float16 sweep figure and the exercise checkers."""
+max-shift trick, the float16 sweep figure, why 16-bit inputs are computed in float32, and the
+exercise checkers (among them a masked softmax: -inf arithmetic)."""
 
 from __future__ import annotations
 
@@ -93,16 +94,26 @@ def print_underflow_table(dtypes=(torch.float16, torch.bfloat16, torch.float32))
         print(f"{_dtype_name(dt):<9} {tiny:>13.4g} {'x = ' + format(keep, '.10g'):>20} {'x = ' + format(lost, '.10g'):>20}")
 
 
+def softmax_in_dtype(x: torch.Tensor) -> torch.Tensor:
+    """The max-shift softmax over the last dimension computed entirely in ``x``'s dtype (what
+    ``helpers.stable_softmax`` did before it computed 16-bit inputs in float32): it shows that the
+    shift alone keeps float16 from overflowing, and what 16-bit arithmetic costs in precision."""
+    check_tensor(x)
+    row_max = x.max(dim=-1, keepdim=True).values
+    numerator = torch.exp(x - row_max)
+    return numerator / numerator.sum(dim=-1, keepdim=True)
+
+
 def print_float16_sweep(xs=(8.0, 10.0, 10.5, 10.7, 11.0, 11.08, 11.09, 12.0)) -> None:
     """For each x, the float16 row [x-2, x-1, x]: exp of its largest entry, the sum of the exps,
-    and its softmax computed naively and with the max shift (all in float16)."""
+    and its softmax computed naively and with the max shift (all in float16: ``softmax_in_dtype``)."""
     print(f"{'x (fp16)':>9} {'exp(x)':>8} {'sum of exp':>10}   {'naive softmax':<24} stable softmax")
     for x in xs:
         row = torch.tensor([x - 2, x - 1, x], dtype=torch.float16)
         e = torch.exp(row)
         print(
             f"{float(row[2]):>9.4f} {float(e[2]):>8.6g} {float(e.sum()):>10.6g}   "
-            f"{fmt(naive_softmax(row), 3):<24} {fmt(stable_softmax(row), 3)}"
+            f"{fmt(naive_softmax(row), 3):<24} {fmt(softmax_in_dtype(row), 3)}"
         )
 
 
@@ -150,7 +161,8 @@ def print_trace(x: torch.Tensor, stable: bool = True, digits: int = 4) -> None:
 
 def float16_row_sweep(lo: float = 8.0, hi: float = 12.0) -> dict:
     """Every float16 value x in [lo, hi], with exp(x) in float16 and the last entry of the softmax
-    of the float16 row [x-2, x-1, x], naive and stable (as float lists; inf/NaN kept)."""
+    of the float16 row [x-2, x-1, x], naive and stable, both computed in float16 (as float lists;
+    inf/NaN kept)."""
     a, b = _to_bits(lo, torch.float16), _to_bits(hi, torch.float16)
     xs = torch.arange(a, b + 1, dtype=torch.int16).view(torch.float16)
     rows = torch.stack([xs - 2, xs - 1, xs], dim=1)
@@ -158,7 +170,7 @@ def float16_row_sweep(lo: float = 8.0, hi: float = 12.0) -> dict:
         "x": xs.float().tolist(),
         "exp": torch.exp(xs).float().tolist(),
         "naive": naive_softmax(rows)[:, 2].float().tolist(),
-        "stable": stable_softmax(rows)[:, 2].float().tolist(),
+        "stable": softmax_in_dtype(rows)[:, 2].float().tolist(),
     }
 
 
@@ -210,6 +222,83 @@ def plot_float16_overflow():
     ax2.set_title("softmax([x-2, x-1, x]) in float16")
     ax2.legend(loc="upper left", fontsize=8, frameon=False, ncols=3)
     return fig
+
+
+# --------------------------------------------------------------------------------------------
+# 16-bit inputs: why softmax computes them in float32
+# --------------------------------------------------------------------------------------------
+
+
+def print_float16_long_row(n: int = 65536) -> None:
+    """A float16 row of ``n`` zeros: its max-shifted exps are all 1, their sum is ``n``, and float16
+    stops at 65504. Printed: the sum and the first probability, computed in float16 and by
+    ``helpers.stable_softmax`` (in float32), against 1/n."""
+    x = torch.zeros(1, n, dtype=torch.float16)
+    s16 = torch.exp(x - x.max()).sum()
+    y16, y32 = softmax_in_dtype(x), stable_softmax(x)
+    print(f"a float16 row of {n:,} zeros: every probability is 1/{n:,} = {1 / n:.3g}")
+    print(f"  in float16:  sum of exp(x - max) = {float(s16):g}, softmax = {float(y16[0, 0]):.3g} ..., "
+          f"row sum {float(y16.float().sum()):g}")
+    print(f"  in float32:  sum of exp(x - max) = {float(torch.exp(x.float()).sum()):g}, softmax = "
+          f"{float(y32[0, 0]):.3g} ..., row sum {float(y32.float().sum()):.3g}  (helpers.stable_softmax)")
+
+
+def bfloat16_errors(x: torch.Tensor) -> dict:
+    """Largest relative error against the float64 softmax of a bfloat16 ``x``, computed in bfloat16
+    (``softmax_in_dtype``), by ``helpers.stable_softmax`` (float32 inside) and by torch.softmax;
+    and, at the element where bfloat16 arithmetic is worst, x - max exactly and as bfloat16 holds it."""
+    if x.dtype != torch.bfloat16:
+        raise ValueError(f"bfloat16_errors takes a bfloat16 tensor, got {x.dtype}.")
+    ref = torch.softmax(x.double(), dim=-1)
+
+    def rel(y):
+        return ((y.double() - ref).abs() / ref).flatten()
+
+    r16 = rel(softmax_in_dtype(x))
+    i = int(r16.argmax())
+    m = x.max(dim=-1, keepdim=True).values
+    return {
+        "bfloat16": float(r16.max()),
+        "float32": float(rel(stable_softmax(x)).max()),
+        "torch.softmax": float(rel(torch.softmax(x, dim=-1)).max()),
+        "shift_exact": float((x.double() - m.double()).flatten()[i]),
+        "shift_bf16": float((x - m).flatten()[i]),
+        "p": float(ref.flatten()[i]),
+    }
+
+
+def print_bfloat16_errors(x: torch.Tensor) -> None:
+    """Print ``bfloat16_errors(x)``: the three largest relative errors next to bfloat16's tolerance
+    (``helpers.TOLERANCES``), and the worst element's shifted argument, exact and rounded."""
+    from .reference import TOLERANCES
+
+    e = bfloat16_errors(x)
+    tol = TOLERANCES[torch.bfloat16]["rtol"]
+    print(f"bfloat16 input of shape {tuple(x.shape)}: largest relative error against the float64 softmax")
+    for name, label in (("bfloat16", "computed in bfloat16"), ("float32", "helpers.stable_softmax (float32 inside)"),
+                        ("torch.softmax", "torch.softmax")):
+        verdict = "within" if e[name] <= tol else "beyond"
+        print(f"  {label:<40} {e[name]:6.1%}  ({verdict} the course's bfloat16 tolerance, {tol:.1%} relative)")
+    print(f"worst element in bfloat16: x - max = {e['shift_exact']:.6g} exactly, {e['shift_bf16']:.6g} in bfloat16 "
+          f"(probability {e['p']:.2g})")
+
+
+def bfloat16_running_sum(n: int = 2048, denom: int = 512) -> tuple[float, float]:
+    """(a running sum of ``n`` terms 1/``denom`` kept in bfloat16, ``torch.sum`` of the same bfloat16
+    terms): the running sum stops growing once a term is 1/256 of it (8 significant bits);
+    ``torch.sum`` accumulates in float32 and rounds once."""
+    terms = torch.full((n,), 1 / denom, dtype=torch.bfloat16)
+    s = torch.zeros((), dtype=torch.bfloat16)
+    for t in terms:
+        s = s + t
+    return float(s), float(terms.sum())
+
+
+def print_bfloat16_running_sum(n: int = 2048, denom: int = 512) -> None:
+    """Print ``bfloat16_running_sum``: the running sum, torch.sum and the exact sum."""
+    running, summed = bfloat16_running_sum(n, denom)
+    print(f"{n} terms of 1/{denom} in bfloat16: a running sum kept in bfloat16 gives {running:g}, "
+          f"torch.sum gives {summed:g}, exactly {n / denom:g}")
 
 
 #: Figures of this lesson, by the name ``helpers.plots.save`` writes them under.
@@ -324,3 +413,100 @@ def _trial_2_3(log_softmax) -> str:
 def check_2_3(log_softmax) -> None:
     """Exercise 2.3: a ``log_softmax(x)`` that stays finite where log(softmax(x)) is -inf."""
     check("2.3", "a log_softmax that stays finite", log_softmax, _trial_2_3)
+
+
+# --------------------------------------------------------------------------------------------
+# Exercise 2.4: a masked softmax
+# --------------------------------------------------------------------------------------------
+
+
+def masked_softmax_answer(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """What exercise 2.4 asks for, in float64: softmax over the last dimension of ``x`` with the
+    positions where ``mask`` is False set to -inf, and a row with nothing left (every position
+    masked) all zeros."""
+    z = x.detach().cpu().double().masked_fill(~mask.cpu(), float("-inf"))
+    y = torch.softmax(z, dim=-1)
+    empty = ~mask.cpu().any(dim=-1, keepdim=True)
+    return y.masked_fill(empty, 0.0)
+
+
+def _masked_cases():
+    """(x, mask) pairs for exercise 2.4: 1-D, 2-D, 3-D, large values (the max shift), one
+    position left, a fully masked row, float16."""
+    g = torch.Generator().manual_seed(24)
+    T, F = True, False
+    x2 = torch.randn(3, 6, generator=g) * 3
+    m2 = torch.rand(3, 6, generator=g) > 0.4
+    m2[:, 0] = True  # at least one position per row
+    x3 = torch.randn(2, 3, 5, generator=g)
+    m3 = torch.rand(2, 3, 5, generator=g) > 0.3
+    m3[..., 1] = True
+    m3[1, 2] = False  # a fully masked row
+    return [
+        (torch.tensor([1.0, 2.0, 3.0, 4.0]), torch.tensor([T, F, T, T])),
+        (x2, m2),
+        (torch.tensor([[1000.0, 1001.0, 1002.0, 1003.0]]), torch.tensor([[T, T, F, T]])),
+        (torch.tensor([[0.5, -1.0, 2.0], [3.0, 1.0, -2.0]]), torch.tensor([[F, T, F], [F, F, F]])),
+        (x3, m3),
+        (torch.tensor([[10.0, 11.0, 12.0, 13.0]], dtype=torch.float16), torch.tensor([[T, T, T, F]])),
+    ]
+
+
+def _masked_hint(got: torch.Tensor, x, mask, want: torch.Tensor) -> str:
+    """Why a wrong masked softmax is wrong, when the pattern says so."""
+    g = got.detach().cpu().double()
+    empty = ~mask.any(dim=-1)
+    if empty.any():
+        rows = g[empty]
+        if torch.isnan(rows).any():
+            return ("a fully masked row came out NaN: its max is -inf and exp(-inf - (-inf)) = exp(NaN); "
+                    "this exercise wants zeros there")
+        n = mask.shape[-1]
+        if torch.allclose(rows, torch.full_like(rows, 1.0 / n), atol=1e-3):
+            return ("a fully masked row came out uniform (1/N everywhere): a large negative number such as -1e9 "
+                    "is still a number, so an all-masked row is a row of equal scores; mask with float('-inf')")
+    live = ~empty
+    if torch.isnan(g[live]).any() or (g[live].abs() <= 1e-6).all(dim=-1).any():
+        return ("a row with unmasked positions came out NaN or all zeros: did exp overflow? Subtract the row's "
+                "maximum (over the unmasked scores) before exp")
+    if (g[~mask].abs() > 1e-6).any() and not (g[mask].abs() > 1e-6).any():
+        return "probability where the mask is False and none where it is True: is the mask inverted?"
+    sums = g.sum(dim=-1)
+    if ((sums - 1).abs() > 1e-2)[mask.any(dim=-1)].any() and (g[~mask].abs() <= 1e-6).all():
+        return ("the rows do not sum to 1: zeroing the masked positions after the softmax leaves their share "
+                "missing; mask the scores before it")
+    if (g[~mask].abs() > 1e-6).any():
+        return "the masked positions (mask False) must get probability 0"
+    return ""
+
+
+def _trial_2_4(masked_softmax) -> str:
+    worst = 0.0
+    for x, mask in _masked_cases():
+        xb, mb = x.clone(), mask.clone()
+        got = _call(masked_softmax, x, mask)
+        if not torch.equal(x, xb):
+            raise Wrong(f"your function changed its input {fmt(xb)}: mask a copy (x.masked_fill, not "
+                        f"x.masked_fill_) instead")
+        if not torch.equal(mask, mb):
+            raise Wrong("your function changed the mask: leave it as given")
+        want = masked_softmax_answer(x, mask)
+        if isinstance(got, torch.Tensor) and got.shape == want.shape:
+            if got.dtype != x.dtype:
+                raise Wrong(f"return the input's dtype ({_dtype_name(x.dtype)}), got {_dtype_name(got.dtype)}")
+            try:
+                err = expect_close(got, want, **_tol(x))
+            except Wrong:
+                hint = _masked_hint(got, x, mask, want)
+                raise Wrong(f"on x = {fmt(x)} with mask = {fmt(mask)} expected {fmt(want)}, got {fmt(got)}"
+                            + (f": {hint}" if hint else "")) from None
+            worst = max(worst, err)
+        else:
+            expect_close(got, want, inputs=x)  # the type or shape message
+    return f"max abs error {worst:.1e}, a fully masked row gives zeros"
+
+
+def check_2_4(masked_softmax) -> None:
+    """Exercise 2.4: ``masked_softmax(x, mask)``: softmax over the last dim with the positions where
+    ``mask`` is False at -inf, and zeros for a fully masked row."""
+    check("2.4", "a masked softmax", masked_softmax, _trial_2_4)

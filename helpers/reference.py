@@ -24,12 +24,15 @@ def naive_softmax(x: torch.Tensor) -> torch.Tensor:
 
 def stable_softmax(x: torch.Tensor) -> torch.Tensor:
     """Softmax over the last dimension with the max subtracted first: exp never sees a
-    positive argument, so it cannot overflow. Same dtype out as in."""
+    positive argument, so it cannot overflow. float16 and bfloat16 are computed in float32 (as
+    torch.softmax and the course's kernels do: with 8 or 11 mantissa bits, x - max and the sum of
+    the exps lose too much); same dtype out as in."""
     check_tensor(x)
-    row_max = x.max(dim=-1, keepdim=True).values
-    numerator = torch.exp(x - row_max)
+    z = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+    row_max = z.max(dim=-1, keepdim=True).values
+    numerator = torch.exp(z - row_max)
     denominator = numerator.sum(dim=-1, keepdim=True)
-    return numerator / denominator
+    return (numerator / denominator).to(x.dtype)
 
 
 def naive_softmax_rowwise(x: torch.Tensor) -> torch.Tensor:

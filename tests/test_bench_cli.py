@@ -12,6 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.skipif(helpers.ON_GPU, reason="on a GPU the benchmark runs for real")
+@pytest.mark.needs_triton  # `python -m helpers.bench` imports Triton
 @pytest.mark.parametrize("what", ["sweep", "lessons", "tune"])
 def test_bench_without_a_gpu_says_so(what):
     r = subprocess.run([sys.executable, "-m", "helpers.bench", what], cwd=ROOT, capture_output=True, text=True, timeout=120)

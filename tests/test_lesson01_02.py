@@ -67,6 +67,7 @@ CHECKERS = {
     "2.1": (lesson02.check_2_1, lse_right, lambda x: torch.log(torch.exp(x).sum(dim=-1))),
     "2.2": (lesson02.check_2_2, temperature_right, lambda x, T: helpers.naive_softmax(x / T)),
     "2.3": (lesson02.check_2_3, log_softmax_right, lambda x: torch.log(helpers.stable_softmax(x))),
+    "2.4": (lesson02.check_2_4, lambda x, m: masked_right(x, m), lambda x, m: torch.softmax(x, dim=-1)),
 }
 
 
@@ -130,12 +131,12 @@ def test_checker_not_a_function(capsys, ex):
     assert "wrong: expected a function, got int" in line, line
 
 
-@pytest.mark.parametrize("ex", ["1.1", "2.1", "2.3"])
+@pytest.mark.parametrize("ex", ["1.1", "2.1", "2.3", "2.4"])
 def test_checker_catches_input_modification(capsys, ex):
     checker, right, _ = CHECKERS[ex]
 
-    def modifies(x):
-        out = right(x.clone())
+    def modifies(x, *rest):
+        out = right(x.clone(), *rest)
         x.add_(1.0)
         return out
 
@@ -198,8 +199,39 @@ def test_print_traffic_table(capsys):
     assert out.rstrip().endswith("naive / fused traffic: 4.00x")
 
 
+def test_recorded_gpu_comes_from_device_props():
+    """Lesson 01's peaks are the recorded H100's (figures/data/device_props.csv), not typed in."""
+    from helpers import gpu_data
+
+    props, meta = gpu_data.read_csv("device_props")
+    g = lesson01.recorded_gpu()
+    p = props[0]
+    assert g["full_name"] == p["name"] and "H100" in g["name"]
+    assert g["bytes_per_s"] == pytest.approx(p["dram_peak_gbps"] * 1e9)
+    assert g["copy_bytes_per_s"] == pytest.approx(p["copy_gbps_1GiB"] * 1e9)
+    assert g["copy_graph_bytes_per_s"] == pytest.approx(p["copy_graph_gbps_1GiB"] * 1e9)
+    assert g["fp32_flops"] == pytest.approx(p["sm_count"] * 128 * 2 * 1.98e9)
+    assert g["provenance"] == gpu_data.provenance_line(meta)
+    # the datasheet (3.35 TB/s, about 67 TFLOP/s) agrees: context only
+    assert g["bytes_per_s"] == pytest.approx(3.35e12, rel=0.01)
+    assert g["fp32_flops"] == pytest.approx(67e12, rel=0.01)
+
+
+def test_print_gpu(capsys):
+    lesson01.print_gpu()
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "NVIDIA H100 80GB HBM3 (figures/data/device_props.csv)"
+    assert out[1].split()[-2:] == ["3352", "GB/s"]
+    assert "eager time" in out[2] and "2999 GB/s" in out[2] and "(0.89 of the peak)" in out[2]
+    assert "GPU time" in out[3] and "2432 GB/s" in out[3] and "(0.73 of the peak)" in out[3]
+    assert out[4].endswith("132 SMs x 128 lanes x 2 FLOP x 1.98 GHz = 66.9 TFLOP/s")
+    assert out[5].startswith("Recorded on NVIDIA H100 80GB HBM3")
+
+
 def test_intensity_and_ridge():
-    assert lesson01.ridge_point() == pytest.approx(20.0)
+    assert lesson01.ridge_point() == pytest.approx(66.9e12 / 3352.3e9, rel=1e-3)
+    assert round(lesson01.ridge_point()) == 20
+    assert lesson01.ridge_point({"fp32_flops": 10.0, "bytes_per_s": 4.0}) == 2.5
     assert lesson01.softmax_intensity("fused", element_size=4) == pytest.approx(5 / 8)
     # naive: 8MN + 4M elements of 4 bytes for 5MN FLOPs
     M = N = 4096
@@ -211,9 +243,9 @@ def test_intensity_and_ridge():
 def test_print_time_estimate(capsys):
     lesson01.print_time_estimate(4096, 4096)
     out = capsys.readouterr().out
-    assert "83.9 MFLOP" in out and "1.3 us" in out
-    assert "536.9 MB" in out and "160.3 us" in out
-    assert "134.2 MB" in out and "40.1 us" in out
+    assert "83.9 MFLOP" in out and "66.9 TFLOP/s" in out and "1.3 us" in out
+    assert "536.9 MB" in out and "3352 GB/s" in out and "160.2 us" in out
+    assert "134.2 MB" in out and "40.0 us" in out
 
 
 # --------------------------------------------------------------------------------------------
@@ -324,6 +356,167 @@ def test_overflow_and_underflow_tables(capsys):
 
 
 # --------------------------------------------------------------------------------------------
+# Lesson 02: 16-bit inputs, stable_softmax in float32, the float16 denominator
+# --------------------------------------------------------------------------------------------
+
+
+def _bf16_row():
+    torch.manual_seed(0)
+    return torch.randn(1, 4096).to(torch.bfloat16)
+
+
+def _max_rel(y, x):
+    ref = torch.softmax(x.double(), dim=-1)
+    return float(((y.double() - ref).abs() / ref).max())
+
+
+def test_stable_softmax_computes_16_bit_inputs_in_float32():
+    """helpers.stable_softmax(bf16) is within bfloat16's tolerance of the float64 softmax, in
+    relative terms too; the old version (computed in bf16, lesson02.softmax_in_dtype) is not."""
+    x = _bf16_row()
+    tol = helpers.TOLERANCES[torch.bfloat16]
+    y = helpers.stable_softmax(x)
+    assert y.dtype == torch.bfloat16 and y.shape == x.shape
+    helpers.assert_matches_reference(y, x)
+    assert _max_rel(y, x) <= tol["rtol"]
+    assert _max_rel(lesson02.softmax_in_dtype(x), x) > tol["rtol"]  # 2.1%: x - max rounded to 8 bits
+    # as torch.softmax computes it (float32 inside), to the last bit of bf16
+    assert _max_rel(y, x) == pytest.approx(_max_rel(torch.softmax(x, dim=-1), x), rel=0.05)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_stable_softmax_16_bit_returns_the_input_dtype_and_leaves_it_alone(dtype):
+    x = (torch.randn(3, 50) * 4).to(dtype)
+    before = x.clone()
+    y = helpers.stable_softmax(x)
+    assert y.dtype == dtype and torch.equal(x, before)
+    torch.testing.assert_close(y, torch.softmax(x.float(), dim=-1).to(dtype))
+
+
+def test_float64_and_float32_are_computed_in_their_own_type():
+    x = torch.randn(2, 7, dtype=torch.float64)
+    assert helpers.stable_softmax(x).dtype == torch.float64
+    torch.testing.assert_close(helpers.stable_softmax(x), torch.softmax(x, -1), rtol=1e-12, atol=1e-14)
+
+
+def test_bfloat16_errors_and_print(capsys):
+    e = lesson02.bfloat16_errors(_bf16_row())
+    assert e["bfloat16"] > 0.016 > e["float32"] and e["float32"] < 0.005 and e["torch.softmax"] < 0.005
+    assert e["shift_exact"] != e["shift_bf16"] and abs(e["shift_exact"] - e["shift_bf16"]) < abs(e["shift_exact"]) / 128
+    lesson02.print_bfloat16_errors(_bf16_row())
+    out = capsys.readouterr().out.splitlines()
+    assert "computed in bfloat16" in out[1] and "beyond" in out[1]
+    assert "within" in out[2] and "within" in out[3]
+    with pytest.raises(ValueError, match="bfloat16"):
+        lesson02.bfloat16_errors(torch.zeros(3))
+
+
+def test_float16_denominator_overflows_past_65504():
+    """The lesson's corrected claim: the denominator is at most N, and in float16 a long row of
+    equal scores overflows it (the sum of its exps is inf, every probability 0)."""
+    x = torch.zeros(1, 65536, dtype=torch.float16)
+    assert torch.isinf(torch.exp(x - x.max()).sum())
+    assert (lesson02.softmax_in_dtype(x) == 0).all()
+    y = helpers.stable_softmax(x)
+    assert y.dtype == torch.float16 and torch.allclose(y.float(), torch.full_like(y.float(), 1 / 65536))
+    small = torch.zeros(1, 60000, dtype=torch.float16)  # below 65504 the float16 sum is finite
+    assert torch.isfinite(torch.exp(small).sum()) and (lesson02.softmax_in_dtype(small) > 0).all()
+
+
+def test_print_float16_long_row(capsys):
+    lesson02.print_float16_long_row()
+    out = capsys.readouterr().out.splitlines()
+    assert "65,536 zeros" in out[0]
+    assert "sum of exp(x - max) = inf" in out[1] and "row sum 0" in out[1]
+    assert "sum of exp(x - max) = 65536" in out[2] and "row sum 1" in out[2]
+
+
+def test_softmax_in_dtype_is_the_shift_in_the_inputs_type():
+    x16 = torch.tensor([10.0, 11.0, 12.0], dtype=torch.float16)
+    y = lesson02.softmax_in_dtype(x16)
+    assert y.dtype == torch.float16 and torch.isfinite(y).all()  # the shift alone avoids overflow in float16
+    assert torch.isnan(helpers.naive_softmax(x16)).any()
+
+
+# --------------------------------------------------------------------------------------------
+# Exercise 2.4: the masked softmax and its checker
+# --------------------------------------------------------------------------------------------
+
+NEG_INF = float("-inf")
+
+
+def masked_right(x, mask):
+    z = x.masked_fill(~mask, NEG_INF)
+    m = z.max(dim=-1, keepdim=True).values
+    m = m.masked_fill(m == NEG_INF, 0.0)
+    e = torch.exp(z - m)
+    s = e.sum(dim=-1, keepdim=True)
+    return e / s.masked_fill(s == 0, 1.0)
+
+
+def masked_right_nan_to_num(x, mask):
+    return torch.softmax(x.masked_fill(~mask, NEG_INF), dim=-1).nan_to_num(0.0)
+
+
+MASKED_WRONG = {
+    # torch.softmax as is: a fully masked row is NaN
+    "nan_row": (lambda x, m: torch.softmax(x.masked_fill(~m, NEG_INF), dim=-1), "came out NaN"),
+    "mask_inverted": (lambda x, m: masked_right(x, ~m), "inverted"),
+    "mask_after_softmax": (lambda x, m: torch.softmax(x, dim=-1) * m, "after the softmax"),
+    "minus_1e9": (lambda x, m: torch.softmax(x.masked_fill(~m, -1e9), dim=-1), "-1e9"),
+    "finfo_min": (lambda x, m: torch.softmax(x.masked_fill(~m, torch.finfo(x.dtype).min), dim=-1), "uniform"),
+    "no_max_shift": (lambda x, m: (torch.exp(x.masked_fill(~m, NEG_INF))
+                                   / torch.exp(x.masked_fill(~m, NEG_INF)).sum(-1, keepdim=True)).nan_to_num(0.0),
+                     "did exp overflow"),
+    "masked_with_zero": (lambda x, m: torch.softmax(x.masked_fill(~m, 0.0), dim=-1), "must get probability 0"),
+    "float32_out": (lambda x, m: masked_right(x.float(), m), "return the input's dtype"),
+}
+
+
+def _inplace(x, mask):
+    x.masked_fill_(~mask, NEG_INF)
+    return masked_right_nan_to_num(x, mask)
+
+
+def _mask_inplace(x, mask):
+    out = masked_right(x, mask)
+    mask.fill_(True)
+    return out
+
+
+@pytest.mark.parametrize("right", [masked_right, masked_right_nan_to_num])
+def test_checker_2_4_right(capsys, right):
+    line = _run(capsys, lesson02.check_2_4, right)
+    assert "): correct" in line and "fully masked row gives zeros" in line, line
+
+
+@pytest.mark.parametrize("name", MASKED_WRONG)
+def test_checker_2_4_wrong_answers(capsys, name):
+    fn, hint = MASKED_WRONG[name]
+    line = _run(capsys, lesson02.check_2_4, fn)
+    assert "): wrong: " in line and hint in line, line
+
+
+def test_checker_2_4_modifying_the_input_or_the_mask(capsys):
+    line = _run(capsys, lesson02.check_2_4, _inplace)
+    assert "wrong: your function changed its input" in line and "masked_fill_" in line, line
+    line = _run(capsys, lesson02.check_2_4, _mask_inplace)
+    assert "wrong: your function changed the mask" in line, line
+
+
+def test_masked_softmax_answer():
+    x = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    mask = torch.tensor([[True, False, True], [False, False, False]])
+    want = lesson02.masked_softmax_answer(x, mask)
+    assert want[1].tolist() == [0.0, 0.0, 0.0]
+    assert want[0, 1] == 0 and want[0].sum() == pytest.approx(1.0)
+    assert torch.isnan(torch.softmax(torch.full((3,), NEG_INF), -1)).all()  # what torch does instead
+    cases = lesson02._masked_cases()
+    assert any((~m.any(dim=-1)).any() for _, m in cases), "a fully masked row is among the cases"
+    assert any(x.dtype == torch.float16 for x, _ in cases) and {x.dim() for x, _ in cases} == {1, 2, 3}
+
+
+# --------------------------------------------------------------------------------------------
 # Figures
 # --------------------------------------------------------------------------------------------
 
@@ -358,3 +551,11 @@ def test_traffic_figure_data():
         assert tot == pytest.approx([5 + 2 * 64 / MN, 1, 3 + 2 * 64 / MN, 1])
     finally:
         plt.close(fig)
+
+
+def test_bfloat16_running_sum_stalls_where_torch_sum_does_not(capsys):
+    running, summed = lesson02.bfloat16_running_sum(2048, 512)
+    assert running == 0.5 and summed == 4.0  # stuck once 1/512 is 1/256 of the running sum
+    lesson02.print_bfloat16_running_sum()
+    assert capsys.readouterr().out.strip() == ("2048 terms of 1/512 in bfloat16: a running sum kept in bfloat16 "
+                                               "gives 0.5, torch.sum gives 4, exactly 4")

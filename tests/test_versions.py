@@ -158,3 +158,36 @@ def test_import_helpers_fails_with_the_message_in_a_fresh_process():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                          env={**env, "SOFTMAX_COURSE_SKIP_VERSION_CHECK": "1"})
     assert "IMPORTED" in out.stdout, out.stdout + out.stderr
+
+
+def test_triton_is_optional_but_checked_when_installed():
+    """Triton publishes no build for macOS or Windows: without it helpers imports (lessons 01-02
+    run); an installed Triton outside the range is still a problem."""
+    assert "triton" in _versions.OPTIONAL
+    assert _versions.problems({"torch": OK["torch"], "triton": None, "numpy": OK["numpy"]}, interpret=True) == []
+    assert len(problems(triton="3.5.0")) == 1
+
+
+def test_requirements_install_triton_only_where_it_has_wheels():
+    """requirements.txt's marker: Linux on x86_64 or aarch64 (triton 3.6-3.9 publish wheels for
+    nothing else), so `pip install -r requirements.txt` works on macOS and Windows."""
+    from pathlib import Path
+
+    from packaging.requirements import Requirement
+
+    root = Path(__file__).resolve().parent.parent
+    lines = [ln.split(" #")[0].strip() for ln in (root / "requirements.txt").read_text().splitlines()]
+    (line,) = [ln for ln in lines if ln.startswith("triton")]
+    req = Requirement(line)
+    lo, hi = (_versions._fmt(v) for v in _versions.SUPPORTED["triton"])
+    assert set(str(req.specifier).split(",")) == {f">={lo}", f"<{hi}"}  # the range helpers checks
+    for system, machine, wanted in [("linux", "x86_64", True), ("linux", "aarch64", True), ("darwin", "arm64", False),
+                                    ("darwin", "x86_64", False), ("win32", "AMD64", False), ("linux", "ppc64le", False)]:
+        env = {"sys_platform": system, "platform_machine": machine}
+        assert req.marker.evaluate(env) is wanted, (system, machine)
+    # the same platforms as helpers.mode names when it explains a missing Triton
+    from helpers import mode
+
+    for system, machine in [("Linux", "x86_64"), ("Linux", "aarch64"), ("Darwin", "arm64"), ("Windows", "AMD64")]:
+        env = {"sys_platform": {"Linux": "linux", "Darwin": "darwin", "Windows": "win32"}[system], "platform_machine": machine}
+        assert req.marker.evaluate(env) == (mode.platform_lacks_triton(system, machine) is None)
