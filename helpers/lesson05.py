@@ -312,11 +312,12 @@ def print_programs_table(rows: list[dict], sm_count: int) -> None:
 
 def littles_law_vs_measured(rows: list[dict], props: dict, latency_ns: float = 500.0) -> None:
     """Little's law's estimate of the programs per SM needed to keep memory busy (one row in flight a
-    program, the copy's bandwidth, an assumed latency), against where the measured curve (GPU time)
-    reaches 0.9 of the copy."""
+    program, the copy's bandwidth at the same shape in GPU time, taken from the rows themselves, an
+    assumed latency), against where the measured curve (GPU time) reaches 0.9 of the copy."""
     r0 = rows[0]
     row_bytes = r0["N"] * DTYPES[r0["dtype"]].itemsize
-    needed = print_bytes_in_flight(props["copy_gbps_1GiB"], props["sm_count"], row_bytes, latency_ns)
+    copy_gbps = r0["graph_gbps"] / r0["graph_frac"]  # the copy of the same tensor, same timing
+    needed = print_bytes_in_flight(copy_gbps, props["sm_count"], row_bytes, latency_ns)
     sms = props["sm_count"]
     rs = sorted(rows, key=lambda r: r["num_programs"])
     first = next((r for r in rs if r["graph_frac"] >= 0.9), None)
@@ -697,6 +698,37 @@ def print_final_table(rows: list[dict], dtype: str = "float32", group: str = "M=
         cells = [_frac_cell(next((r for r in rs if r["M"] == Mi and r["N"] == N and r["provider"] == p), None), key)
                  for p in provs]
         print(f"{Mi:>5} {N:>7} " + " ".join(f"{c:>8}" for c in cells))
+
+
+#: An earlier full H100 sweep, same code except the tiled kernel behind helpers.softmax.
+EARLIER_SWEEP = "bench_h100_e864a68.csv"
+
+
+def run_to_run(changed=("softmax", "split_coop"), within: float = 0.05) -> dict:
+    """How far two full recorded sweeps of the H100 agree in GPU time, over the cells both measured
+    of every provider whose code did not change between them (``changed`` is left out: the tiled
+    kernel behind helpers.softmax and the tuning table, which also configures split_coop, changed)."""
+    a, meta_a = gpu_data.bench()
+    b, meta_b = gpu_data.read_csv(gpu_data.DATA_DIR / "bench_runs" / EARLIER_SWEEP)
+    key = lambda r: (r["dtype"], r["M"], r["N"], r["provider"])  # noqa: E731
+    ka = {key(r): r for r in a if _ok(r) and r["provider"] not in changed}
+    kb = {key(r): r for r in b if _ok(r) and r["provider"] not in changed}
+    pairs = sorted((abs(ka[k]["graph_ms"] / kb[k]["graph_ms"] - 1), k) for k in ka if k in kb)
+    diffs = [d for d, _ in pairs]
+    return dict(cells=len(diffs), within=sum(d <= within for d in diffs), median=diffs[len(diffs) // 2],
+                outside=[(k, d) for d, k in pairs if d > within], meta_a=meta_a, meta_b=meta_b, limit=within,
+                changed=changed)
+
+
+def print_run_to_run() -> None:
+    """Print :func:`run_to_run`."""
+    r = run_to_run()
+    print(f"this sweep:    {gpu_data.provenance_line(r['meta_a'])}")
+    print(f"earlier sweep: {gpu_data.provenance_line(r['meta_b'])}")
+    print(f"GPU time of the same cell in both: within {r['limit']:.0%} in {r['within']} of {r['cells']} cells, "
+          f"median difference {r['median']:.1%} (left out, their code changed: {', '.join(_label(p) for p in r['changed'])})")
+    for (d, M, N, p), diff in r["outside"]:
+        print(f"  differs by {diff:.0%}: {d} {M} x {N}, {_label(p)}")
 
 
 def peer_comparison(rows: list[dict], dtype: str, group: str, mine: str = "softmax", peers=PEERS,

@@ -482,3 +482,12 @@ def test_checkers(checker, right, wrong, hint, capsys):
     line = verdict(capsys, checker, _raises)
     assert status(line).startswith("wrong: your code raised ZeroDivisionError"), line
     assert status(verdict(capsys, checker, lambda *a: None)).startswith("wrong")
+
+
+def test_run_to_run_agreement_of_the_two_h100_sweeps(capsys):
+    r = lesson05.run_to_run()
+    assert r["cells"] > 300 and r["within"] >= r["cells"] - 5 and r["median"] < 0.01
+    assert "softmax" in r["changed"] and "split_coop" in r["changed"]
+    lesson05.print_run_to_run()
+    out = capsys.readouterr().out
+    assert f"within 5% in {r['within']} of {r['cells']} cells" in out and out.count("differs by") == len(r["outside"])
