@@ -842,7 +842,8 @@ def tiled_tuning_summary(rows: list[dict] | None = None, dtype: str = "float32")
     """From the tiled kernel's sweep: per N, the best fraction of copy (GPU time) with one row per
     program and with several rows per tile (and how many)."""
     if rows is None:
-        rows, _ = tuning_rows_of()
+        rows, meta = tuning_rows_of()
+        print(gpu_data.provenance_line(meta))
     rs = [r for r in rows if r["kind"] == "tiled" and r["dtype"] == dtype and r.get("status") == "ok"]
     print(f"{dtype}, M = {rs[0]['M'] if rs else '?'}: best fraction of copy in GPU time, of the candidates the tuner timed")
     print(f"{'N':>6} {'1 row per program':>18} {'several rows per tile':>22}")
@@ -868,7 +869,8 @@ def print_tiled_configs(gpu: str = gpu_data.LESSON_GPU) -> None:
     what the rule used under the interpreter gives."""
     from .tuning import tiled_rule
 
-    rows, _ = tuning_rows_of(gpu)
+    rows, meta = tuning_rows_of(gpu)
+    print(gpu_data.provenance_line(meta))
     table = _tiled_classes(rows)
     timed = {}
     for r in rows:
@@ -926,6 +928,8 @@ def cross_gpu(a: str = "h100", b: str = "h200") -> list[dict]:
 
 def print_cross_gpu(a: str = "h100", b: str = "h200") -> None:
     """Is one GPU's best tiled configuration good on the other? Both directions, from the recordings."""
+    for g in (a, b):
+        print(f"{g.upper()}: {gpu_data.provenance_line(tuning_rows_of(g)[1])}")
     for x, y in ((a, b), (b, a)):
         cmp = cross_gpu(x, y)
         same = sum(c["best_a"] == c["best_b"] for c in cmp)
