@@ -2,9 +2,10 @@
 
 What lives here: the online update in plain PyTorch (float64) with a printed and drawn trace,
 checked against ``kernels.softmax_online``; the hard rows (a late, far larger maximum; leading
-blocks of -inf); the traffic table of the looped kernels; the "rows grow" bandwidth data and
-figure; the link to attention (an output accumulator rescaled like the sum); and the checkers of
-exercises 4.1 to 4.3.
+blocks of -inf); the traffic table of the looped kernels; the "rows grow" data (GPU time and eager,
+the recorded H100 run on the CPU), its L2 model and figure; the link to attention (an output
+accumulator rescaled like the sum); and the checkers of exercises 4.1 (a learner-written online
+kernel, run on hostile rows) to 4.3.
 """
 
 from __future__ import annotations
@@ -14,12 +15,17 @@ import math
 import torch
 
 from . import gpu_data, plots
-from .exercises import Wrong, check, fmt
+from .exercises import Wrong, check, fmt, guarded, run_learner_kernel
 from .gpu_data import ok as _ok, series as _series
 from .kernels import softmax_fused, softmax_online, softmax_three_pass
 from .measure import DTYPES, measure_shape, require_gpu
 from .mode import DEVICE, ON_GPU
 from .plots import label, n_label, set_n_axis
+
+
+def _label(provider: str) -> str:
+    """A provider's display name; the copy is named by what it is, a comparison rather than a ceiling."""
+    return "y.copy_(x)" if provider == "copy" else label(provider)
 from .reference import error_report, round_up_err
 from .traffic import kernel_traffic
 
@@ -247,7 +253,7 @@ def print_traffic_table(M: int = 1024, N: int = 65536, element_size: int = 4) ->
     for k in ("three_pass", "online", "fused"):
         t = kernel_traffic(k, M, N)
         tot = t["reads"] + t["writes"]
-        print(f"{label(k):<16} {t['reads'] // MN:>6}MN {t['writes'] // MN:>6}MN {tot // MN:>6}MN "
+        print(f"{_label(k):<16} {t['reads'] // MN:>6}MN {t['writes'] // MN:>6}MN {tot // MN:>6}MN "
               f"{tot * element_size / 1e6:>8.1f}  {2 * MN / tot:>21.3f}")
 
 
@@ -282,76 +288,154 @@ def rows_grow_rows(dtype_name: str = "float32", total_bytes: int = 2**28) -> lis
     return rows
 
 
+
+
+#: A cell whose rounds differ by more than this (max - min over the median) carries no conclusion.
+SPREAD_LIMIT = 0.10
+
+
+def _cell(r: dict | None) -> str:
+    """'0.65 (0.66)': GPU-time fraction of copy, eager in brackets; 'refused' where the fused kernel
+    declines the row; '*' after a number whose rounds spread over ``SPREAD_LIMIT``."""
+    if r is None:
+        return "-"
+    if not _ok(r):
+        st = str(r.get("status"))
+        return "refused" if ("ValueError" in st or st.startswith("n/a")) else "failed"
+    star = lambda k: "" if not (isinstance(r.get(k), (int, float)) and r[k] > SPREAD_LIMIT) else "*"  # noqa: E731
+    return f"{r['graph_frac']:.2f}{star('graph_spread')} ({r['frac_of_copy']:.2f}{star('spread')})"
+
+
 def print_rows_grow_table(rows: list[dict], dtype: str = "float32") -> None:
-    """Fraction of copy per provider as N grows ('refused' where the fused kernel declines)."""
+    """Fraction of copy per provider as N grows at a fixed total size: GPU time, eager in brackets
+    ('refused' where the fused kernel declines), and the best provider in GPU time."""
     provs = [p for p in ROWS_GROW_PROVIDERS[1:] if any(r["provider"] == p for r in rows)]
-    print(f"{dtype}, fraction of copy bandwidth, M x N fixed")
-    print(f"{'M':>6} {'N':>8} " + " ".join(f"{label(p):>15}" for p in provs) + "   best")
+    total = next((r["M"] * r["N"] * DTYPES[dtype].itemsize for r in rows if r["dtype"] == dtype), 0)
+    print(f"{dtype}, {total / 2**20:.0f} MiB per tensor: fraction of copy, GPU time (eager in brackets)")
+    print(f"{'M':>6} {'N':>8} " + " ".join(f"{_label(p):>16}" for p in provs) + "   best (GPU time)")
     for n in sorted({r["N"] for r in rows if r["dtype"] == dtype}):
         rs = {r["provider"]: r for r in rows if r["N"] == n and r["dtype"] == dtype}
-        cells, best, best_v = [], "-", -1.0
-        for p in provs:
-            r = rs.get(p)
-            if r is None:
-                cells.append("-")
-            elif not _ok(r):
-                st = str(r.get("status"))
-                cells.append("refused" if ("ValueError" in st or st.startswith("n/a")) else "failed")
-            else:
-                cells.append(f"{r['frac_of_copy']:.2f}")
-                if r["frac_of_copy"] > best_v:
-                    best, best_v = p, r["frac_of_copy"]
+        cells = [_cell(rs.get(p)) for p in provs]
+        ok = {p: rs[p]["graph_frac"] for p in provs if p in rs and _ok(rs[p])}
+        best = max(ok, key=ok.get) if ok else "-"
         M = next(iter(rs.values()))["M"]
-        print(f"{M:>6} {n:>8} " + " ".join(f"{c:>15}" for c in cells) + f"   {label(best)}")
+        print(f"{M:>6} {n:>8} " + " ".join(f"{c:>16}" for c in cells) + f"   {_label(best)}")
 
 
-def rows_grow_summary(rows: list[dict], dtype: str = "float32") -> None:
-    """Print, from the data: the online kernel's lead over the three-pass one, and where each of
-    them lands against the 2/3 and 1/2 traffic bounds at the longest rows the fused kernel takes."""
+def _fracs(rows, dtype, key="graph_frac"):
     by = {}
     for r in rows:
-        if r["dtype"] == dtype and _ok(r) and r["provider"] != "copy":
-            by.setdefault(r["N"], {})[r["provider"]] = r["frac_of_copy"]
+        if r["dtype"] == dtype and _ok(r, key) and r["provider"] != "copy":
+            by.setdefault(r["N"], {})[r["provider"]] = r[key]
+    return by
+
+
+def rows_grow_summary(rows: list[dict], dtype: str = "float32", sm_count: int | None = None) -> None:
+    """Print, from the data (GPU time): the shortest rows, where each looped kernel reaches its
+    traffic bound, the online kernel's lead over the three-pass one, the longest rows the fused
+    kernel takes, the best provider past them, and the rows that give fewer programs than SMs."""
+    by = _fracs(rows, dtype)
+    eager = _fracs(rows, dtype, "frac_of_copy")
     both = sorted(n for n, v in by.items() if "online" in v and "three_pass" in v)
     if not both:
         return
+    f = lambda n, p: f"{by[n][p]:.2f} ({eager[n][p]:.2f})" if p in by[n] else "-"  # noqa: E731
     short = both[0]
-    print(f"shortest rows (N = {n_label(short)}): three-pass {by[short]['three_pass']:.2f}, "
-          f"online {by[short]['online']:.2f}, fused {by[short].get('fused', float('nan')):.2f} of copy")
-    longer = [n for n in both if by[n]["online"] > by[n]["three_pass"]]
-    if longer:
-        print(f"online ahead of three-pass from N = {n_label(longer[0])} on "
-              f"(by {min(by[n]['online'] / by[n]['three_pass'] for n in longer):.2f}x to "
-              f"{max(by[n]['online'] / by[n]['three_pass'] for n in longer):.2f}x)")
+    print(f"shortest rows (N = {n_label(short)}): three-pass {f(short, 'three_pass')}, online {f(short, 'online')}, "
+          f"fused {f(short, 'fused')} of copy (GPU time, eager in brackets)")
+    for p, bound, txt in (("three_pass", 1 / 2, "1/2"), ("online", 2 / 3, "2/3")):
+        at = [n for n in both if by[n][p] <= bound * 1.05]
+        if at:
+            print(f"{_label(p)} within 5% of its traffic bound {txt} (or below it) from N = {n_label(at[0])} on")
+    ahead = [n for n in both if by[n]["online"] > by[n]["three_pass"] * 1.02]
+    if ahead:
+        print(f"online ahead of three-pass by more than 2% at N = {', '.join(n_label(n) for n in ahead)} "
+              f"(by {min(by[n]['online'] / by[n]['three_pass'] for n in ahead):.2f}x to "
+              f"{max(by[n]['online'] / by[n]['three_pass'] for n in ahead):.2f}x)")
     fused_ns = [n for n in both if "fused" in by[n]]
     if fused_ns:
         n = fused_ns[-1]
-        print(f"at N = {n_label(n)}: three-pass {by[n]['three_pass']:.2f} (bound 1/2), "
-              f"online {by[n]['online']:.2f} (bound 2/3), fused {by[n]['fused']:.2f}")
+        print(f"at N = {n_label(n)}, the longest row the fused kernel takes: three-pass {f(n, 'three_pass')}, "
+              f"online {f(n, 'online')}, fused {f(n, 'fused')}")
     beyond = [n for n in both if "fused" not in by[n]]
     if beyond:
-        best = ", ".join(f"{n_label(n)}: {label(max(by[n], key=by[n].get))}" for n in beyond)
-        print(f"past N = {n_label(fused_ns[-1]) if fused_ns else '?'}, where the fused kernel stops, the best is "
-              f"{best}")
+        best = ", ".join(f"{n_label(n)}: {_label(max(by[n], key=by[n].get))}" for n in beyond)
+        print(f"past N = {n_label(fused_ns[-1]) if fused_ns else '?'}, the best in GPU time is {best}")
+    if sm_count:
+        few = sorted({(r["N"], r["M"]) for r in rows if r["dtype"] == dtype and r["M"] < sm_count})
+        if few:
+            print("one program per row gives fewer programs than the " + f"{sm_count} SMs at "
+                  + ", ".join(f"N = {n_label(n)} (M = {M})" for n, M in few))
+
+
+def rows_in_flight(rows: list[dict], props: dict, dtype: str = "float32") -> list[dict]:
+    """The L2 model of the looped kernels: per N, the most programs the GPU can keep resident (the
+    thread limit; registers can only lower it), the bytes of their rows, and whether those fit in
+    L2, next to the measured fractions of copy (GPU time)."""
+    from .launch import check_block_size, num_warps_for
+
+    by = _fracs(rows, dtype)
+    es = DTYPES[dtype].itemsize
+    out = []
+    for n in sorted(by):
+        block = check_block_size(n, None, "rows_in_flight")
+        w = num_warps_for(block)
+        per_sm = min(props["max_threads_per_sm"] // (props["warp_size"] * w), props["max_blocks_per_sm"])
+        M = next(r["M"] for r in rows if r["N"] == n and r["dtype"] == dtype)
+        resident = min(M, per_sm * props["sm_count"])
+        out.append(dict(N=n, block=block, num_warps=w, resident=resident, in_flight=resident * n * es,
+                        fits=resident * n * es <= props["l2_bytes"], three_pass=by[n].get("three_pass"),
+                        online=by[n].get("online")))
+    return out
+
+
+def print_rows_in_flight(rows: list[dict], props: dict, dtype: str = "float32") -> None:
+    """Print :func:`rows_in_flight`: the model's prediction (re-reads hit L2 while the rows in flight
+    fit) against the measurement."""
+    print(f"L2: {props['l2_bytes'] / 2**20:.0f} MiB. Resident programs: at most the thread limit allows "
+          f"({props['max_threads_per_sm']} threads per SM, {props['sm_count']} SMs)")
+    print(f"{'N':>8} {'warps':>5} {'programs':>8} {'rows in flight MiB':>18} {'fit in L2':>9} | "
+          f"{'three-pass':>10} {'online':>7}  (GPU time; bounds 0.50 and 0.67)")
+    for r in rows_in_flight(rows, props, dtype):
+        tp = f"{r['three_pass']:.2f}" if r["three_pass"] is not None else "-"
+        on = f"{r['online']:.2f}" if r["online"] is not None else "-"
+        print(f"{r['N']:>8} {r['num_warps']:>5} {r['resident']:>8} {r['in_flight'] / 2**20:>18.1f} "
+              f"{'yes' if r['fits'] else 'no':>9} | {tp:>10} {on:>7}")
+
+
+def crosscheck_with_sweep(rows: list[dict], sweep: list[dict]) -> None:
+    """The rows-grow recording was timed in one round (no spread); where its shapes are in the full
+    benchmark sweep (three interleaved rounds), print both, GPU time and eager."""
+    shared = sorted({(r["dtype"], r["M"], r["N"], r["provider"]) for r in rows if _ok(r) and r["provider"] != "copy"}
+                    & {(r["dtype"], r["M"], r["N"], r["provider"]) for r in sweep if _ok(r)})
+    if not shared:
+        print("no shape in common with the benchmark sweep")
+        return
+    print(f"{'shape':>16} {'provider':<16} {'this run':>14} {'sweep':>14} {'sweep spreads':>14}")
+    for d, M, N, p in shared:
+        a = next(r for r in rows if (r["dtype"], r["M"], r["N"], r["provider"]) == (d, M, N, p))
+        b = next(r for r in sweep if (r["dtype"], r["M"], r["N"], r["provider"]) == (d, M, N, p))
+        print(f"{f'{d} {M}x{N}':>16} {_label(p):<16} {a['graph_frac']:>6.3f} ({a['frac_of_copy']:.3f}) "
+              f"{b['graph_frac']:>6.3f} ({b['frac_of_copy']:.3f}) {b['graph_spread']:>6.1%} {b['spread']:>6.1%}")
 
 
 def plot_rows_grow(rows: list[dict] | None = None, meta: dict | None = None, dtype: str = "float32"):
-    """Fraction of copy bandwidth against N (M·N fixed) for torch.softmax, the fused kernel and the
+    """Fraction of copy (GPU time) against N (M·N fixed) for torch.softmax, the fused kernel and the
     looped kernels, with the bounds the looped kernels' traffic sets when every pass goes to DRAM."""
     if rows is None:
         rows, meta = rows_grow_data(live=False)
     fig, ax = plots.new_figure(8.0, 4.0)
     ns = sorted({r["N"] for r in rows if r["dtype"] == dtype})
-    ax.axhline(1.0, color=plots.COLORS["copy"], ls="--", lw=1.2, label=label("copy"))
+    ax.axhline(1.0, color=plots.COLORS["copy"], ls="--", lw=1.2, label=_label("copy"))
     for frac, k, txt in ((2 / 3, "online", "online's traffic bound: 2MN / 3MN"),
                          (1 / 2, "three_pass", "three-pass bound: 2MN / 4MN")):
         ax.axhline(frac, color=plots.COLORS[k], ls=":", lw=1.2)
         ax.text(ns[0], frac + 0.015, txt, fontsize=8, color=plots.COLORS[k])
     for p in ROWS_GROW_PROVIDERS[1:]:
-        xs, ys = _series(rows, p, dtype, key="frac_of_copy")
+        xs, ys = _series(rows, p, dtype, key="graph_frac")
         if xs:
             ax.plot(xs, ys, "o-", color=plots.COLORS.get(p, "#777777"), ms=4,
-                    lw=2.2 if p in ("online", "fused") else 1.5, label=label(p))
+                    lw=2.2 if p in ("online", "fused") else 1.5, label=_label(p))
     refused = sorted(r["N"] for r in rows if r["provider"] == "fused" and r["dtype"] == dtype and not _ok(r))
     if refused:
         ax.axvspan(refused[0] / 1.4, ns[-1] * 1.3, color="#f0f0f0", zorder=0)
@@ -359,7 +443,7 @@ def plot_rows_grow(rows: list[dict] | None = None, meta: dict | None = None, dty
     set_n_axis(ax, ns, "N (columns per row; M·N fixed)")
     ax.set_xlim(ns[0] / 1.3, ns[-1] * 1.3)
     ax.set_ylim(0, 1.12)
-    ax.set_ylabel("fraction of copy bandwidth")
+    ax.set_ylabel("fraction of copy (GPU time)")
     gpu = (meta or {}).get("gpu", "GPU")
     ax.set_title(f"Looped kernels as rows grow, {dtype}, {gpu}", fontsize=10)
     ax.legend(frameon=False, fontsize=8, loc="lower left", ncols=2)
@@ -416,7 +500,113 @@ FIGURES = {
 
 # --------------------------------------------------------------------------------------------
 # Exercise checkers: each prints one line (correct / not yet / wrong) and never raises.
+# Learner kernels run through helpers.exercises.run_learner_kernel on guarded buffers, so a
+# missing mask is reported as wrong and never takes the notebook down.
 # --------------------------------------------------------------------------------------------
+
+
+def _guarded_copy(data: torch.Tensor) -> torch.Tensor:
+    t = guarded(tuple(data.shape), dtype=data.dtype, fill=0.0)
+    t.copy_(data.to(t.device))
+    return t
+
+
+def online_kernel_cases(seed: int = 41) -> list[dict]:
+    """The rows exercise 4.1's checker runs a learner's online kernel on, in order: each catches a
+    mistake the ones before it let through. ``x`` is float32 (a view with a column stride of 3 in
+    the last case), ``block`` the BLOCK_SIZE of the launch."""
+    g = torch.Generator().manual_seed(seed)
+    rnd = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
+    cases = []
+    x = rnd(3, 70) * 2
+    cases.append(dict(name="random rows of 70 columns in blocks of 16 (the last block partial)", x=x, block=16))
+    x = rnd(2, 70)
+    x[0, 66], x[1, 40] = 200.0, 90.0
+    cases.append(dict(name="a late maximum of 200 (exp(200) overflows float32)", x=x, block=16))
+    x = rnd(2, 70)
+    x[:, :37] = NEG_INF
+    cases.append(dict(name="rows whose first 37 columns (two whole blocks) are -inf", x=x, block=16))
+    x = rnd(2, 64) * 1e4
+    cases.append(dict(name="values spread over +-1e4", x=x, block=16))
+    x = rnd(2, 40)
+    x[0, 0], x[1, 0] = 60.0, -60.0
+    cases.append(dict(name="the maximum in the first column", x=x, block=8))
+    x = rnd(3, 50)
+    x[1] = NEG_INF
+    cases.append(dict(name="a row of only -inf between two ordinary rows (torch.softmax gives NaN)", x=x, block=16))
+    cases.append(dict(name="a column stride of 3 (a strided view of a wider tensor)", x=rnd(3, 150) * 3, block=16,
+                      stride=3))
+    return cases
+
+
+def _trial_4_1(kernel) -> str:
+    if not hasattr(kernel, "__getitem__") or not hasattr(kernel, "fn"):
+        raise Wrong("online_softmax_kernel must be a Triton kernel: decorate it with @triton.jit")
+    worst = 0.0
+    for case in online_kernel_cases():
+        data, block, stride = case["x"], case["block"], case.get("stride", 1)
+        wide = _guarded_copy(data)
+        x = wide[:, ::stride] if stride > 1 else wide
+        before = x.clone()
+        M, N = x.shape
+        out = guarded((M, N))
+        try:
+            run_learner_kernel(kernel, (M,), out, x, x.stride(0), x.stride(1), out.stride(0), N,
+                               BLOCK_SIZE=block, outputs=(out,))
+        except (Wrong, NotImplementedError):
+            raise
+        except Exception as e:
+            if "raise NotImplementedError" in _kernel_source(kernel):
+                raise NotImplementedError from e
+            msg = str(e).strip().splitlines()[-1] if str(e).strip() else ""
+            raise Wrong(f"on {case['name']} your kernel raised {type(e).__name__}: {msg[:160]}") from e
+        if not torch.equal(x, before):
+            raise Wrong("your kernel changed its input: store into out_ptr only")
+        ref = torch.softmax(x.detach().cpu().double(), dim=-1)
+        got = out.detach().cpu().double()
+        nan_got, nan_ref = torch.isnan(got), torch.isnan(ref)
+        what = f"on {case['name']}"
+        if (nan_ref & ~nan_got).any():
+            raise Wrong(f"{what}: a row of only -inf has no softmax; torch.softmax gives NaN there and so must "
+                        f"your kernel (with m = -inf and d = 0 at the end, exp(x - m) / d is NaN by itself: "
+                        f"do not replace it with made-up values)")
+        if (nan_got & ~nan_ref).any():
+            if "-inf" in case["name"]:
+                hint = ("while every value seen is -inf, m_new is -inf too and exp(m - m_new) and "
+                        "exp(x - m_new) are exp(-inf - -inf) = NaN: nothing has been seen yet, so the "
+                        "rescale factor must be 1 and the block must add 0 (tl.where)")
+            else:
+                hint = ("exp overflowed or met inf - inf: subtract the new maximum m_new inside tl.exp, and "
+                        "rescale the old d by exp(m - m_new), which is at most 1 (0 on the first block, where "
+                        "m = -inf), not by exp(m_new - m)")
+            raise Wrong(f"{what} your output has NaN where torch.softmax has none: {hint}")
+        ok = ~nan_ref
+        err = (got[ok] - ref[ok]).abs().max().item() if ok.any() else 0.0
+        if not err <= 1e-6:
+            if stride > 1:
+                hint = "x[row, j] is at row_start + j * in_col_stride: use the column stride in every load"
+            else:
+                hint = ("when the maximum grows, the sum so far is relative to the old m: multiply it by "
+                        "exp(m_old - m_new) (computed before m is updated) before adding the block's sum, so "
+                        "that the final (m, d) are the row's maximum and the sum of exp(x - m) over the row")
+            raise Wrong(f"{what}: max abs error {err:.1e} against torch.softmax: {hint}")
+        worst = max(worst, err)
+    return (f"max abs error {round_up_err(worst)} on all {len(online_kernel_cases())} kinds of rows, "
+            f"-inf rows and strides included")
+
+
+def check_4_1(online_softmax_kernel) -> None:
+    """Exercise 4.1: the online pass of a looped softmax kernel, written in Triton."""
+    check("4.1", "the online pass in Triton", online_softmax_kernel, _trial_4_1)
+
+
+def _kernel_source(kernel) -> str:
+    try:
+        from .show import source_of
+
+        return source_of(kernel)
+    except Exception:
+        return ""
 
 
 def _pair(got, what: str):
@@ -452,7 +642,7 @@ def merge_answer(m1: float, d1: float, m2: float, d2: float) -> tuple[float, flo
     return m, d1 * math.exp(m1 - m) + d2 * math.exp(m2 - m)
 
 
-def _trial_4_1(merge) -> str:
+def _trial_4_2(merge) -> str:
     cases = [(3.0, 1.5, 5.0, 2.0), (5.0, 2.0, 3.0, 1.5), (1.0, 2.0, 1.0, 3.0), (-2.0, 1.25, 0.5, 1.0),
              (NEG_INF, 0.0, 2.0, 1.0), (2.0, 1.0, NEG_INF, 0.0), (NEG_INF, 0.0, NEG_INF, 0.0), (700.0, 1.0, -700.0, 1.0)]
     for c in cases:
@@ -473,49 +663,9 @@ def _trial_4_1(merge) -> str:
     return "merging is associative and commutative, so blocks can be combined in any order"
 
 
-def check_4_1(merge) -> None:
-    """Exercise 4.1: ``merge(m1, d1, m2, d2)`` combines two (max, sum) pairs."""
-    check("4.1", "merge two (m, d) pairs", merge, _trial_4_1)
-
-
-def _trial_4_2(online_update) -> str:
-    g = torch.Generator().manual_seed(42)
-    rows = {
-        "the worked example": (torch.tensor(TRACE_ROW, dtype=torch.float64), 4),
-        "a random row": (torch.randn(37, generator=g, dtype=torch.float64) * 3, 8),
-        "a row whose first block is all -inf": (torch.cat([torch.full((4,), NEG_INF, dtype=torch.float64),
-                                                           torch.randn(6, generator=g, dtype=torch.float64)]), 4),
-        "a row with 1000 in its last block": (torch.cat([torch.randn(8, generator=g, dtype=torch.float64),
-                                                         torch.tensor([1000.0, 999.0], dtype=torch.float64)]), 4),
-    }
-    if not callable(online_update):
-        raise Wrong(f"expected a function, got {type(online_update).__name__}")
-    for name, (x, b) in rows.items():
-        m, d = NEG_INF, 0.0
-        for i, start in enumerate(range(0, x.numel(), b)):
-            block = x[start:start + b].clone()
-            m, d = _pair(online_update(m, d, block), "online_update")
-            want = x[: start + b]
-            wm = float(want.max())
-            if not _same(m, wm):
-                raise Wrong(f"on {name}, after block {i + 1} m = {_f(m)}, expected the running max {_f(wm)}")
-            wd = 0.0 if wm == NEG_INF else float(torch.exp(want - wm).sum())
-            if not _same(d, wd) and not math.isclose(d, wd, rel_tol=1e-9):
-                hint = ""
-                if math.isnan(d):
-                    hint = (" (while m is still -inf, exp(m - m_new) and exp(x - m_new) are NaN: "
-                            "nothing has been seen yet, so keep d = 0)")
-                elif math.isinf(d):
-                    hint = " (subtract the new max m_new inside exp, not the old one)"
-                else:
-                    hint = " (rescale the old d by exp(m - m_new) before adding the block's sum)"
-                raise Wrong(f"on {name}, after block {i + 1} d = {_f(d, 6)}, expected {_f(wd, 6)}{hint}")
-    return "your update gives the exact (max, sum) on all four rows"
-
-
-def check_4_2(online_update) -> None:
-    """Exercise 4.2: ``online_update(m, d, block)`` returns the new running (m, d) after a block."""
-    check("4.2", "the online update for one block", online_update, _trial_4_2)
+def check_4_2(merge) -> None:
+    """Exercise 4.2: ``merge(m1, d1, m2, d2)`` combines two (max, sum) pairs."""
+    check("4.2", "merge two (m, d) pairs", merge, _trial_4_2)
 
 
 def stash_traffic_answer(M: int, N: int) -> tuple[int, int]:
