@@ -272,3 +272,30 @@ def run_learner_kernel(kernel, grid, *args, outputs=(), **kwargs) -> None:
         if not guards_intact(t):
             raise Wrong("your kernel wrote past the end of its output (into memory just outside it): "
                         "does tl.store have mask=... for the padding lanes?")
+
+
+def is_untouched(kernel) -> bool:
+    """True if a learner's kernel still holds its template's ``raise NotImplementedError``."""
+    import re
+
+    from .show import source_of
+
+    try:
+        src = source_of(kernel)
+    except Exception:
+        return False
+    return re.search(r"^\s*raise\s+NotImplementedError\b", src, re.MULTILINE) is not None
+
+
+def launch_learner_kernel(kernel, grid, *args, where: str, outputs=(), **kwargs) -> None:
+    """``run_learner_kernel``, for a checker: an untouched template is "not yet", and any other error of
+    the learner's code becomes ``Wrong("<where> your kernel raised ...")``."""
+    try:
+        run_learner_kernel(kernel, grid, *args, outputs=outputs, **kwargs)
+    except (Wrong, NotImplementedError):
+        raise
+    except Exception as e:
+        if is_untouched(kernel):
+            raise NotImplementedError from e
+        msg = str(e).strip().splitlines()[-1] if str(e).strip() else ""
+        raise Wrong(f"{where} your kernel raised {type(e).__name__}: {msg[:160]}") from e

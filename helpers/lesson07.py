@@ -23,6 +23,7 @@ from . import gpu_data, plots
 from .exercises import Wrong, call_attempt, check, expect_close, fmt, guarded, run_learner_kernel
 from .kernels.attention import attention, attention_plan
 from .mode import DEVICE, INTERPRETER, ON_GPU
+from .reference import round_up_err
 
 NEG_INF = float("-inf")
 LOG2E = 1.4426950408889634
@@ -174,15 +175,7 @@ def naive_vs_reference(naive_fn, seed: int = 0) -> None:
     print("\n".join(lines))
 
 
-def _err(e: float) -> str:
-    """An error rounded up to a power of ten ('< 1e-07'), so stored outputs do not depend on the last bit."""
-    if e != e:
-        return "NaN"
-    if e == 0:
-        return "exact"
-    if e == math.inf:
-        return "inf"
-    return f"< 1e{math.floor(math.log10(e)) + 1:+03d}".replace("+", "")
+_err = round_up_err  # an error rounded up to a power of ten, the same on every machine
 
 
 def _err1(e: float) -> str:
@@ -301,22 +294,11 @@ def plot_attention_trace(steps: list[dict] | None = None, V: torch.Tensor | None
     ax1.legend(frameon=False, fontsize=8, loc="upper left", ncols=2)
 
     idx = [st["block"] for st in steps]
-    ax2.bar([i - 0.2 for i in idx], [st["l_old"] for st in steps], width=0.35, color="white", edgecolor="#888888",
-            hatch="//", label="l before the block")
-    ax2.bar([i + 0.2 for i in idx], [st["l_old"] * st["alpha"] for st in steps], width=0.35, color="#c7e9c0",
-            edgecolor="#555555", label="l x alpha (o x alpha too)")
-    ax2.bar([i + 0.2 for i in idx], [float(st["p"].sum()) for st in steps], width=0.35,
-            bottom=[st["l_old"] * st["alpha"] for st in steps], color=plots.COLORS["online"], edgecolor="#555555",
-            label="+ this block's sum of e^(s - m)")
-    top = max(max(st["l_new"], st["l_old"]) for st in steps)
-    for st in steps:
-        i = st["block"]
-        ax2.text(i + 0.2, st["l_new"] + top * 0.03, f"l = {st['l_new']:.3f}", ha="center", fontsize=8.5)
-        if st["m_old"] != NEG_INF:
-            ax2.text(i - 0.2, st["l_old"] + top * 0.03, f"x {st['alpha']:.3f}", ha="center", fontsize=8.5, color="#555555")
-    ax2.set_xticks(idx)
-    ax2.set_xticklabels([f"block {i + 1}\nm = {st['m_new']:g}" for i, st in zip(idx, steps)])
-    ax2.set_ylim(0, top * 1.35)
+    plots.rescale_bars(ax2, idx, [st["l_old"] for st in steps], [st["alpha"] for st in steps],
+                       [float(st["p"].sum()) for st in steps], [st["m_old"] == NEG_INF for st in steps], "l", "x",
+                       ticks=[f"block {i + 1}\nm = {st['m_new']:g}" for i, st in zip(idx, steps)],
+                       rescaled_label="l x alpha (o x alpha too)", added_label="+ this block's sum of e^(s - m)",
+                       headroom=1.35)
     ax2.set_ylabel("running sum l")
     ax2.set_title("l (and o): rescale, then add the block", fontsize=10)
     ax2.legend(frameon=False, fontsize=8, loc="upper left")

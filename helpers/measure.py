@@ -92,6 +92,24 @@ def host_us(fn, calls: int = 200, loops: int = 3) -> float:
     return best
 
 
+def device_facts() -> dict:
+    """The GPU's limits (``helpers.device.gpu_props``), its DRAM peak from the memory clock and bus
+    width, and the bandwidth of a 1 GiB ``y.copy_(x)`` in GPU time and eager time, in GB/s."""
+    require_gpu("device_facts")
+    from .device import gpu_props
+
+    props = gpu_props()
+    x = torch.randn(2**28, device="cuda")
+    y = torch.empty_like(x)
+    g, e = gpu_ms(lambda: y.copy_(x)), eager_ms(lambda: y.copy_(x))
+    p = torch.cuda.get_device_properties(torch.cuda.current_device())
+    clock, bus = getattr(p, "memory_clock_rate", 0), getattr(p, "memory_bus_width", 0)
+    peak = 2 * clock * 1e3 * bus / 8 / 1e9 if clock and bus else float("nan")
+    nbytes = 2 * x.numel() * x.element_size()
+    del x, y
+    return {**props, "copy_gbps_1GiB": nbytes / e / 1e6, "copy_graph_gbps_1GiB": nbytes / g / 1e6, "dram_peak_gbps": peak}
+
+
 def check_against_reference(out: torch.Tensor, ref64: torch.Tensor, dtype) -> float:
     """Max abs error of ``out`` against a float64 reference; AssertionError beyond ``CHECK_ATOL``."""
     err = (out.to(torch.float64) - ref64).abs().max().item()

@@ -128,3 +128,27 @@ def show(fig):
         display({"image/png": base64.b64encode(png_bytes(fig)).decode("ascii")}, raw=True)
     finally:
         plt.close(fig)
+
+
+def rescale_bars(ax, blocks, old, alpha, added, first, name: str, factor: str = "×", ticks=None,
+                 rescaled_label: str | None = None, added_label: str = "+ this block's sum", headroom: float = 1.25):
+    """The online update of a running sum, one group of bars per block (lessons 04 and 07): the sum
+    before the block (hatched), the same sum times the rescale factor, and the block's own sum on top.
+    ``first`` marks blocks with no rescale to print (the first finite maximum)."""
+    rescaled = [o * a for o, a in zip(old, alpha)]
+    new = [r + a for r, a in zip(rescaled, added)]
+    ax.bar([i - 0.2 for i in blocks], old, width=0.35, color="white", edgecolor="#888888", hatch="//",
+           label=f"{name} before the block")
+    ax.bar([i + 0.2 for i in blocks], rescaled, width=0.35, color="#c7e9c0", edgecolor="#555555",
+           label=rescaled_label or f"{name} {factor} rescale")
+    ax.bar([i + 0.2 for i in blocks], added, width=0.35, bottom=rescaled, color=COLORS["online"], edgecolor="#555555",
+           label=added_label)
+    top = max(max(new), max(old))
+    for i, o, a, n, f in zip(blocks, old, alpha, new, first):
+        ax.text(i + 0.2, n + top * 0.03, f"{name} = {n:.3f}", ha="center", fontsize=8.5)
+        if not f:
+            ax.text(i - 0.2, o + top * 0.03, f"{factor} {a:.3f}", ha="center", fontsize=8.5, color="#555555")
+    ax.set_xticks(blocks)
+    if ticks is not None:
+        ax.set_xticklabels(ticks)
+    ax.set_ylim(0, top * headroom)
