@@ -63,14 +63,18 @@ def _skip_reason(exc) -> str | None:
     return None
 
 
+def _skip_if_triton_is_missing(e: Exception) -> None:
+    reason = _skip_reason(e) if NO_TRITON else None
+    if reason:
+        pytest.skip(reason)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_setup(item):
     try:
         return (yield)
     except Exception as e:
-        reason = _skip_reason(e) if NO_TRITON else None
-        if reason:
-            pytest.skip(reason)
+        _skip_if_triton_is_missing(e)
         raise
 
 
@@ -79,9 +83,7 @@ def pytest_runtest_call(item):
     try:
         return (yield)
     except Exception as e:
-        reason = _skip_reason(e) if NO_TRITON else None
-        if reason:
-            pytest.skip(reason)
+        _skip_if_triton_is_missing(e)
         raise
 
 

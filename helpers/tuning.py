@@ -23,7 +23,6 @@ import json
 import math
 import os
 import re
-import time
 from pathlib import Path
 from typing import NamedTuple
 
@@ -246,37 +245,50 @@ def _reference(x: torch.Tensor) -> torch.Tensor:
     raise RuntimeError("the float64 reference softmax does not sum to 1: not tuning on it")
 
 
+def _time_candidates(x: torch.Tensor, candidates: list) -> tuple[object, list[dict]]:
+    """Check each ``(row, fn, config)`` against float64, time it in GPU time, fill in its ``row``
+    (graph_ms, graph_frac against copy, status) and return (the fastest config or None, the rows).
+    A candidate that fails (resources, compilation, a wrong result) is reported, never chosen."""
+    ref = _reference(x)
+    y = torch.empty_like(x)
+    copy_ms = _gpu_ms(lambda: y.copy_(x))
+    rows, best = [], None
+    for row, fn, config in candidates:
+        try:
+            err = (fn().double() - ref).abs().max().item()
+            if not err <= 2e-2:
+                raise AssertionError(f"max abs error {err:.1e}")
+            ms = _gpu_ms(fn)
+            row.update(graph_ms=round(ms, 6), graph_frac=round(copy_ms / ms, 4))
+            if best is None or ms < best[0]:
+                best = (ms, config)
+        except Exception as e:
+            row.update(status=f"failed: {type(e).__name__}: {str(e).splitlines()[0][:80]}".replace(",", ";"))
+        rows.append(row)
+    del y, ref
+    torch.cuda.empty_cache()
+    return (best[1] if best else None), rows
+
+
+def _row(kind: str, dtype: torch.dtype, M: int, N: int, **config) -> dict:
+    row = dict(kind=kind, dtype=str(dtype).replace("torch.", ""), element_size=dtype.itemsize, M=M, N=N,
+               block_m="", num_warps="", num_stages="", programs_per_sm="", slice_cols="", graph_ms="",
+               graph_frac="", status="ok")
+    row.update(config)
+    return row
+
+
 def autotune_tiled(block_n: int, dtype: torch.dtype, M: int = TUNE_ROWS) -> tuple[TiledConfig, list[dict]]:
     """Time every candidate for rows of ``block_n`` columns (GPU time, an M x block_n input checked
     against float64 first) and return (the fastest, the rows of the sweep)."""
     from .kernels.persistent import softmax_tiled
 
-    es = dtype.itemsize
     x = torch.randn(M, block_n, device="cuda", dtype=dtype)
-    ref = _reference(x)
-    y = torch.empty_like(x)
-    copy_ms = _gpu_ms(lambda: y.copy_(x))
-    rows, best = [], None
-    d = str(dtype).replace("torch.", "")
-    for bm, w, st, pps in tiled_candidates(block_n, es):
-        row = dict(kind="tiled", dtype=d, element_size=es, M=M, N=block_n, block_m=bm, num_warps=w, num_stages=st,
-                   programs_per_sm=pps, slice_cols="", graph_ms="", graph_frac="", status="ok")
-        try:
-            t0 = time.perf_counter()
-            f = lambda: softmax_tiled(x, bm, w, st, pps)
-            err = (f().double() - ref).abs().max().item()
-            if not err <= 2e-2:
-                raise AssertionError(f"max abs error {err:.1e}")
-            ms = _gpu_ms(f)
-            row.update(graph_ms=round(ms, 6), graph_frac=round(copy_ms / ms, 4), seconds=round(time.perf_counter() - t0, 2))
-            if best is None or ms < best[0]:
-                best = (ms, TiledConfig(bm, w, st, pps, "tuned"))
-        except Exception as e:  # a candidate that fails (resources, compile) is reported, never chosen
-            row.update(status=f"failed: {type(e).__name__}: {str(e).splitlines()[0][:80]}".replace(",", ";"))
-        rows.append(row)
-    del x, y, ref
-    torch.cuda.empty_cache()
-    return (best[1] if best else tiled_rule(block_n, es)), rows
+    best, rows = _time_candidates(x, [
+        (_row("tiled", dtype, M, block_n, block_m=bm, num_warps=w, num_stages=st, programs_per_sm=pps),
+         lambda bm=bm, w=w, st=st, pps=pps: softmax_tiled(x, bm, w, st, pps), TiledConfig(bm, w, st, pps, "tuned"))
+        for bm, w, st, pps in tiled_candidates(block_n, dtype.itemsize)])
+    return best or tiled_rule(block_n, dtype.itemsize), rows
 
 
 def autotune_coop(M: int, N: int, dtype: torch.dtype) -> tuple[CoopConfig, list[dict]]:
@@ -284,29 +296,11 @@ def autotune_coop(M: int, N: int, dtype: torch.dtype) -> tuple[CoopConfig, list[
     from .kernels.split import softmax_split_coop
 
     x = torch.randn(M, N, device="cuda", dtype=dtype)
-    ref = _reference(x)
-    y = torch.empty_like(x)
-    copy_ms = _gpu_ms(lambda: y.copy_(x))
-    rows, best = [], None
-    d = str(dtype).replace("torch.", "")
-    for sl, w in coop_candidates():
-        row = dict(kind="coop", dtype=d, element_size=dtype.itemsize, M=M, N=N, block_m="", num_warps=w, num_stages="",
-                   programs_per_sm="", slice_cols=sl, graph_ms="", graph_frac="", status="ok")
-        try:
-            f = lambda: softmax_split_coop(x, sl, w)
-            err = (f().double() - ref).abs().max().item()
-            if not err <= 2e-2:
-                raise AssertionError(f"max abs error {err:.1e}")
-            ms = _gpu_ms(f)
-            row.update(graph_ms=round(ms, 6), graph_frac=round(copy_ms / ms, 4))
-            if best is None or ms < best[0]:
-                best = (ms, CoopConfig(sl, w, "tuned"))
-        except Exception as e:
-            row.update(status=f"failed: {type(e).__name__}: {str(e).splitlines()[0][:80]}".replace(",", ";"))
-        rows.append(row)
-    del x, y, ref
-    torch.cuda.empty_cache()
-    return (best[1] if best else coop_rule(M)), rows
+    best, rows = _time_candidates(x, [
+        (_row("coop", dtype, M, N, num_warps=w, slice_cols=sl), lambda sl=sl, w=w: softmax_split_coop(x, sl, w),
+         CoopConfig(sl, w, "tuned"))
+        for sl, w in coop_candidates()])
+    return best or coop_rule(M), rows
 
 
 def sweep(dtypes=(torch.float32, torch.bfloat16)) -> list[dict]:
@@ -317,8 +311,6 @@ def sweep(dtypes=(torch.float32, torch.bfloat16)) -> list[dict]:
             rows += autotune_tiled(bn, dtype)[1]
         for M, N in LONG_SHAPES:
             rows += autotune_coop(M, N, dtype)[1]
-    for r in rows:
-        r.pop("seconds", None)
     return rows
 
 

@@ -22,3 +22,17 @@ def _untouched(*args):
 def _raises(*args):
     """An attempt whose code fails."""
     return 1 / 0
+
+
+def assert_checker_contract(capsys, checker, right, wrong, hint: str) -> None:
+    """What every checker owes the learner: "correct" for the right answer, "not yet" for the untouched
+    template (or None), "wrong" with ``hint`` for a plausible wrong answer, "wrong: your code raised"
+    for code that fails, "wrong" for a missing return; one line each time, never an exception."""
+    assert status(verdict(capsys, checker, right)).startswith("correct")
+    assert status(verdict(capsys, checker, _untouched)).startswith("not yet")
+    assert status(verdict(capsys, checker, None)).startswith("not yet")
+    line = verdict(capsys, checker, wrong)
+    assert status(line).startswith("wrong") and hint in line, line
+    line = verdict(capsys, checker, _raises)
+    assert status(line).startswith("wrong: your code raised ZeroDivisionError"), line
+    assert status(verdict(capsys, checker, lambda *a: None)).startswith("wrong")

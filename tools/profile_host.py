@@ -3,27 +3,17 @@
     python tools/profile_host.py [M N]     # microseconds per call of each piece, best of 5 loops of 2000
 """
 import sys
-import time
 
 import torch
 
 import helpers
 import helpers.kernels.dispatch as D
 from helpers.launch import _get_device, _option_key, _raw_stream
+from helpers.measure import host_us
 
 
-def us(fn, n=2000, loops=5):
-    fn()
-    torch.cuda.synchronize()
-    best = 1e9
-    for _ in range(loops):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        best = min(best, (time.perf_counter() - t0) / n * 1e6)
-    torch.cuda.synchronize()
-    return best
+def us(fn):
+    return host_us(fn, calls=2000, loops=5)
 
 
 def main():
