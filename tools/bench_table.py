@@ -4,7 +4,7 @@
 - `bench-table`:     per GPU (H100, H200): helpers.softmax's GPU time and eager time as fractions of
                      copy, its host µs per call, and the best peer of each cell in each timing;
 - `bench-targets`:   issue #11's targets checked cell by cell on both GPUs (met, or missed by how much);
-- `bench-agreement`: two H100 sweeps of the same code, cell by cell (run-to-run agreement);
+- `bench-agreement`: each GPU's sweep against its previous one, cell by cell (run-to-run agreement);
 - `bench-backward`, `bench-attention`: the backward and attention sweeps' headline numbers.
 
 Usage: python tools/bench_table.py [--check]   (--check: exit 1 if a file is out of date)
@@ -129,26 +129,34 @@ def targets() -> str:
 
 
 def agreement() -> str:
-    runs = sorted((DATA / "bench_runs").glob("bench_h100_*.csv"))
-    if not runs:
-        return "(no second sweep recorded)"
-    a, ma = read_csv(runs[0])
-    b, mb = read_csv(DATA / "bench_h100.csv")
-    ka = {(r["dtype"], r["M"], r["N"], r["provider"]): r for r in a}
-    changed = {"softmax", "split_coop"}  # the tiled kernel and the tuning tables changed between the two runs
-    devs, outside = [], []
-    for r in b:
-        k = (r["dtype"], r["M"], r["N"], r["provider"])
-        if r["provider"] in changed or k not in ka or not _ok(r, "graph_ms") or not _ok(ka[k], "graph_ms"):
+    """Each GPU's sweep against its previous one (the newest under bench_runs/), cell by cell, over
+    the providers whose code and configuration did not change between the two."""
+    out = []
+    for gpu in GPUS:
+        b, mb = read_csv(DATA / f"bench_{gpu}.csv")
+        runs = [read_csv(f) for f in sorted((DATA / "bench_runs").glob(f"bench_{gpu}_*.csv"))]
+        runs = [(rows, meta) for rows, meta in runs if meta.get("date", "") < mb.get("date", "")]
+        if not runs:
+            out.append(f"{gpu.upper()}: one sweep only.")
             continue
-        d = r["graph_ms"] / ka[k]["graph_ms"] - 1
-        devs.append(abs(d))
-        if abs(d) > 0.05:
-            outside.append(f"{k[3]} {short_dtype(k[0])} {k[1]}×{k[2]} ({d:+.0%})")
-    return (f"Two sweeps on H100 machines, commits {ma['commit']} and {mb['commit']}, GPU time of every cell whose "
-            f"code did not change between them (all providers but `softmax` and `split_coop`, whose tiled kernel "
-            f"and tuned configurations changed): **{sum(x <= 0.05 for x in devs)} of {len(devs)} cells agree "
-            f"within 5%**, median difference {statistics.median(devs):.1%}. Outside 5%: {', '.join(outside) or 'none'}.")
+        a, ma = max(runs, key=lambda rm: rm[1]["date"])
+        ka = {(r["dtype"], r["M"], r["N"], r["provider"]): r for r in a}
+        changed = {"softmax", "split_coop"}  # their tuned configurations change between sweeps
+        devs, outside = [], []
+        for r in b:
+            k = (r["dtype"], r["M"], r["N"], r["provider"])
+            if r["provider"] in changed or k not in ka or not _ok(r, "graph_ms") or not _ok(ka[k], "graph_ms"):
+                continue
+            d = r["graph_ms"] / ka[k]["graph_ms"] - 1
+            devs.append(abs(d))
+            if abs(d) > 0.05:
+                outside.append(f"{k[3]} {short_dtype(k[0])} {k[1]}×{k[2]} ({d:+.0%})")
+        out.append(f"{mb['gpu'].replace('NVIDIA ', '')}, sweeps at commits {ma['commit']} ({ma['date'][:10]}) and "
+                   f"{mb['commit']} ({mb['date'][:10]}), GPU time of every cell of the providers whose code and "
+                   f"configuration did not change between them (all but `softmax` and `split_coop`, whose tuned "
+                   f"configurations did): **{sum(x <= 0.05 for x in devs)} of {len(devs)} cells agree within 5%**, "
+                   f"median difference {statistics.median(devs):.1%}. Outside 5%: {', '.join(outside) or 'none'}.")
+    return "\n\n".join(out)
 
 
 def backward() -> str:
