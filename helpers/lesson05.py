@@ -634,6 +634,8 @@ PEERS = ("torch_softmax", "torch_compile", "triton_tutorial", "liger")
 #: Shapes no configuration of the course was tuned on (the benchmark's held-out shapes).
 HELD_OUT = ((1000, 700), (16384, 384), (2048, 3000), (777, 12000), (300, 100000))
 FINAL_LIVE_NS = (1024, 4096, 16384)
+#: Measured live too: one held-out shape and one long-row shape, so every table of the section has a row.
+FINAL_LIVE_EXTRA = ((1000, 700), (1024, 65536))
 SHORT = {"torch_naive": "naive", "torch_softmax": "torch", "torch_compile": "compile", "triton_tutorial": "tutorial",
          "liger": "liger", "fused": "fused", "online": "online", "persistent": "persist", "softmax": "softmax",
          "split": "split", "split_coop": "coop", "three_pass": "3-pass", "tiled": "tiled"}
@@ -642,7 +644,8 @@ SHORT = {"torch_naive": "naive", "torch_softmax": "torch", "torch_compile": "com
 def final_data(live: bool | None = None) -> tuple[list[dict], dict]:
     """(rows, provenance) of every provider of the benchmark (``helpers.measure.providers``): M = 4096
     over N, a few long-row shapes and the held-out shapes, float32 and bfloat16. Live on a GPU (three
-    N at M = 4096), else the recorded H100 sweep ``bench_h100.csv``."""
+    N at M = 4096, one held-out and one long-row shape: about a minute), else the recorded H100 sweep
+    ``bench_h100.csv``."""
     live = ON_GPU if live is None else live
     if live:
         require_gpu("final_data(live=True)")
@@ -650,8 +653,8 @@ def final_data(live: bool | None = None) -> tuple[list[dict], dict]:
 
         rows = []
         for d in ("float32", "bfloat16"):
-            for n in FINAL_LIVE_NS:
-                rows += measure_shape(4096, n, DTYPES[d], providers(), quick=True)
+            for M, n in [(4096, n) for n in FINAL_LIVE_NS] + list(FINAL_LIVE_EXTRA):
+                rows += measure_shape(M, n, DTYPES[d], providers(), quick=True)
         return rows, gpu_data.provenance("helpers.lesson05.final_data()")
     return gpu_data.bench()
 
