@@ -67,7 +67,11 @@ def tutorial_softmax(x: torch.Tensor) -> torch.Tensor:
 
 
 try:  # Liger-Kernel's softmax, when installed
-    from liger_kernel.ops.softmax import LigerSoftmaxFunction as _Liger
+    import warnings
+
+    with warnings.catch_warnings():  # its import pulls in tqdm.auto, which warns in a notebook without ipywidgets
+        warnings.filterwarnings("ignore", message="IProgress not found")
+        from liger_kernel.ops.softmax import LigerSoftmaxFunction as _Liger
 
     def liger_softmax(x: torch.Tensor) -> torch.Tensor:
         """Liger-Kernel's Triton softmax (its forward only)."""
