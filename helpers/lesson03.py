@@ -340,16 +340,24 @@ def _by_n(rows, dtype, key):
 def speedup_summary(rows: list[dict], dtype: str = "float32") -> None:
     """From the rows, in GPU time and then in eager time: the fused kernel's speed-up over the naive
     version and over torch.softmax, where it is behind torch.softmax, its fraction of copy, and the
-    largest spread of the cells these lines rest on."""
+    largest spread of the cells these lines rest on. A cell whose rounds spread over ``SPREAD_LIMIT``
+    (starred in the table) is left out of the line and named: no conclusion rests on it."""
+    used, left_out = [], []
     for key, ms, what, spread in (("graph_frac", "graph_ms", "GPU time", "graph_spread"),
                                   ("frac_of_copy", "ms", "eager   ", "spread")):
         by = _by_n(rows, dtype, key)
-        ns = sorted(n for n, v in by.items() if "fused" in v)
+        quiet = {n: {p: r for p, r in v.items() if _spread_ok(r, spread)} for n, v in by.items()}
+        for n, v in sorted(by.items()):
+            for p in ("fused", "torch_naive", "torch_softmax"):
+                if p in v and p not in quiet[n]:
+                    left_out.append(f"{_label(p)} at N = {n} ({what.strip()}, rounds spread {v[p][spread]:.0%})")
+        ns = sorted(n for n, v in quiet.items() if "fused" in v)
         if not ns:
             continue
-        vs_naive = {n: by[n]["torch_naive"][ms] / by[n]["fused"][ms] for n in ns if "torch_naive" in by[n]}
-        vs_torch = {n: by[n]["torch_softmax"][ms] / by[n]["fused"][ms] for n in ns if "torch_softmax" in by[n]}
-        frac = [by[n]["fused"][key] for n in ns]
+        vs_naive = {n: quiet[n]["torch_naive"][ms] / quiet[n]["fused"][ms] for n in ns if "torch_naive" in quiet[n]}
+        vs_torch = {n: quiet[n]["torch_softmax"][ms] / quiet[n]["fused"][ms] for n in ns if "torch_softmax" in quiet[n]}
+        frac = [quiet[n]["fused"][key] for n in ns]
+        used += [(r, spread) for n in ns for p, r in quiet[n].items() if p in ("fused", "torch_naive", "torch_softmax")]
         parts = []
         if vs_naive:
             parts.append(f"fused vs naive {min(vs_naive.values()):.1f}x to {max(vs_naive.values()):.1f}x faster")
@@ -358,14 +366,16 @@ def speedup_summary(rows: list[dict], dtype: str = "float32") -> None:
             parts.append(f"vs torch.softmax {min(vs_torch.values()):.2f}x to {max(vs_torch.values()):.2f}x the speed"
                          + (f" (behind at N = {', '.join(str(n) for n in behind)})" if behind else " (never behind)"))
         parts.append(f"fraction of copy {min(frac):.2f} to {max(frac):.2f}")
-        from_n = next((n for i, n in enumerate(ns) if all(by[m]["fused"][key] >= 0.95 for m in ns[i:])), None)
+        from_n = next((n for i, n in enumerate(ns) if all(quiet[m]["fused"][key] >= 0.95 for m in ns[i:])), None)
         if from_n is not None:
             parts.append(f"0.95 of copy or more from N = {from_n} on")
         print(f"{what}: " + "; ".join(parts))
-    cells = [r for r in rows if r["dtype"] == dtype and _ok(r)]
-    worst_g = max((r["graph_spread"] for r in cells if _ok(r, "graph_spread")), default=float("nan"))
-    worst_e = max((r["spread"] for r in cells if _ok(r, "spread")), default=float("nan"))
-    print(f"largest spread over the rounds of these cells: {worst_g:.1%} (GPU time), {worst_e:.1%} (eager)")
+    worst_g = max((r[k] for r, k in used if k == "graph_spread" and _ok(r, k)), default=float("nan"))
+    worst_e = max((r[k] for r, k in used if k == "spread" and _ok(r, k)), default=float("nan"))
+    print(f"largest spread over the rounds of the cells these lines rest on: {worst_g:.1%} (GPU time), "
+          f"{worst_e:.1%} (eager)")
+    if left_out:
+        print(f"left out (rounds spread over {SPREAD_LIMIT:.0%}, starred in the table): " + "; ".join(left_out))
 
 
 def small_shape_rows(M: int = 4096, N: int = 256, dtype: str = "float32") -> tuple[list[dict], dict]:

@@ -696,14 +696,15 @@ def print_final_table(rows: list[dict], dtype: str = "float32", group: str = "M=
         print(f"{Mi:>5} {N:>7} " + " ".join(f"{c:>8}" for c in cells))
 
 
-#: An earlier full H100 sweep, same code except the tiled kernel behind helpers.softmax.
-EARLIER_SWEEP = "bench_h100_e864a68.csv"
+#: The previous full H100 sweep: the same code; the tuning table (which configures helpers.softmax
+#: and split_coop) was re-recorded between the two.
+EARLIER_SWEEP = "bench_h100_c691811.csv"
 
 
 def run_to_run(changed=("softmax", "split_coop"), within: float = 0.05) -> dict:
     """How far two full recorded sweeps of the H100 agree in GPU time, over the cells both measured
-    of every provider whose code did not change between them (``changed`` is left out: the tiled
-    kernel behind helpers.softmax and the tuning table, which also configures split_coop, changed)."""
+    of every provider whose code and configuration did not change between them (``changed`` is left
+    out: the tuning table, which configures helpers.softmax and split_coop, was re-recorded)."""
     a, meta_a = gpu_data.bench()
     b, meta_b = gpu_data.read_csv(gpu_data.DATA_DIR / "bench_runs" / EARLIER_SWEEP)
     key = lambda r: (r["dtype"], r["M"], r["N"], r["provider"])  # noqa: E731
@@ -722,7 +723,8 @@ def print_run_to_run() -> None:
     print(f"this sweep:    {gpu_data.provenance_line(r['meta_a'])}")
     print(f"earlier sweep: {gpu_data.provenance_line(r['meta_b'])}")
     print(f"GPU time of the same cell in both: within {r['limit']:.0%} in {r['within']} of {r['cells']} cells, "
-          f"median difference {r['median']:.1%} (left out, their code changed: {', '.join(_label(p) for p in r['changed'])})")
+          f"median difference {r['median']:.1%} (left out, their tuned configuration changed: "
+          f"{'; '.join(_label(p) for p in r['changed'])})")
     for (d, M, N, p), diff in r["outside"]:
         print(f"  differs by {diff:.0%}: {d} {M} x {N}, {_label(p)}")
 
