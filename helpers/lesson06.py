@@ -71,6 +71,30 @@ def _props(props: dict | None = None) -> dict:
     return props if props is not None else device_props(live=False)[0]
 
 
+def _recorded(name: str) -> tuple[list[dict], dict]:
+    """(rows, provenance) of a recorded CSV under figures/data/ (``name`` relative to it, e.g.
+    'split_l2' or 'bench_runs/split_l2_b3a7cdd.csv'), with the file's name added to the provenance
+    as ``source``, so that what prints a source names it from the data it was given."""
+    path = name if name.endswith(".csv") else name + ".csv"
+    rows, meta = gpu_data.read_csv(gpu_data.DATA_DIR / path)
+    return rows, {**meta, "source": path}
+
+
+def is_live(meta: dict) -> bool:
+    """True for data measured in this session: a lesson's live measurement is labelled with the
+    function that measured it (``helpers....``); a recorded file's command is the recording run's
+    (``python -m helpers.bench ...``, ``python tools/...``) or absent."""
+    return str(meta.get("command", "")).startswith("helpers.")
+
+
+def source_name(meta: dict) -> str:
+    """How the lesson names where rows come from: 'this run' for a live measurement, else the
+    recorded file and its commit, from the provenance (never a fixed file name)."""
+    if is_live(meta):
+        return "this run"
+    return f"{meta.get('source', 'a recording')} (commit {meta.get('commit', '?')})"
+
+
 # --------------------------------------------------------------------------------------------
 # The GPU's terms, with the recorded GPU's numbers
 # --------------------------------------------------------------------------------------------
@@ -605,7 +629,17 @@ def l2_data(live: bool | None = None) -> tuple[list[dict], dict]:
     live = ON_GPU if live is None else live
     if live:
         return l2_rows(), gpu_data.provenance("helpers.lesson06.l2_rows()")
-    return gpu_data.read_csv("split_l2")
+    return _recorded("split_l2")
+
+
+#: The L2 sweep recorded before the cooperative kernel's grid-sizing fix (commit b3a7cdd), kept.
+EARLIER_L2 = "bench_runs/split_l2_b3a7cdd.csv"
+
+
+def earlier_l2_data() -> tuple[list[dict], dict]:
+    """(rows, provenance) of the earlier recording of the L2 sweep (``EARLIER_L2``). It does not
+    record which configuration of the cooperative kernel each row used."""
+    return _recorded(EARLIER_L2)
 
 
 def _find(rows, provider, M, N, dtype="float32"):
@@ -633,6 +667,9 @@ def l2_points(rows: list[dict], l2_bytes: int) -> list[dict]:
                      "gpu": r["graph_frac"] if r is not None and _ok(r) else None,
                      "eager": r["frac_of_copy"] if r is not None and _ok(r, "frac_of_copy") else None,
                      "us": r["graph_ms"] * 1e3 if r is not None and _ok(r) else None,
+                     # spread over rounds: of the GPU time, of the eager time, and the larger one
+                     "graph_spread": r.get("graph_spread") if r is not None else None,
+                     "eager_spread": r.get("spread") if r is not None else None,
                      "spread": max(r.get("spread", 0.0), r.get("graph_spread", 0.0)) if r is not None else None}
         out.append(p)
     return out
@@ -678,14 +715,31 @@ def print_l2_model_vs_measured(rows: list[dict], l2_bytes: int | None = None) ->
     c = [p["split_coop"]["gpu"] for p in pts if p["split_coop"]["gpu"]]
     if c:
         print(f"the cooperative kernel: the model says 1.00 at every size; measured {min(c):.2f} to {max(c):.2f}")
-    noisy = [f"{label(dz)} at {p['x_bytes'] / MIB:.0f} MiB ({p[dz]['spread']:.0%})" for p in pts for dz in L2_DESIGNS
-             if isinstance(p[dz]["spread"], float) and p[dz]["spread"] > SPREAD_LIMIT]
+    gaps = [(p, p["split_coop"]["gpu"] - p["split"]["gpu"]) for p in pts if p["split_coop"]["gpu"] and p["split"]["gpu"]]
+    if gaps:
+        print("the cooperative kernel minus the two launches, GPU time: "
+              + ", ".join(f"{g:+.2f} at {p['x_bytes'] / MIB:.0f} MiB" for p, g in gaps))
+    noisy = l2_noisy_cells(pts)
     print("spread over rounds above 10%: " + (", ".join(noisy) + " (no conclusion rests on it)" if noisy else "none"))
 
 
+def l2_noisy_cells(pts: list[dict]) -> list[str]:
+    """The measurements of the L2 sweep whose spread over rounds exceeds ``SPREAD_LIMIT``, named by
+    design, size and timing (GPU time or eager)."""
+    out = []
+    for p in pts:
+        for dz in L2_DESIGNS:
+            for key, name in (("graph_spread", "GPU time"), ("eager_spread", "eager")):
+                v = p[dz].get(key)
+                if isinstance(v, float) and math.isfinite(v) and v > SPREAD_LIMIT:
+                    out.append(f"{label(dz)} at {p['x_bytes'] / MIB:.0f} MiB ({name} {v:.0%})")
+    return out
+
+
 def ncu_data() -> tuple[list[dict], dict]:
-    """(rows, provenance) of the recorded Nsight Compute summary ``ncu_h100.csv`` (one row per kernel)."""
-    return gpu_data.read_csv("ncu_h100")
+    """(rows, provenance) of the recorded Nsight Compute summary ``ncu_h100.csv`` (one row per kernel).
+    Its provenance may lack lines (driver, versions, command): they print as '?'."""
+    return _recorded(f"ncu_{gpu_data.LESSON_GPU}")
 
 
 #: What each Nsight Compute case ran (``tools/ncu_probe.py``): (dtype, M, N).
@@ -808,7 +862,7 @@ def bench_data(live: bool | None = None, shapes=tuple(LONG_SHAPES) + (HELD_OUT,)
             for M, N in shapes:
                 rows += measure_shape(M, N, DTYPES[d], provs, quick=True, host=False)
         return rows, gpu_data.provenance("helpers.lesson06.bench_data()")
-    rows, meta = gpu_data.bench(gpu_data.LESSON_GPU)
+    rows, meta = _recorded(f"bench_{gpu_data.LESSON_GPU}")
     keep = {tuple(s) for s in shapes}
     return [r for r in rows if (r["M"], r["N"]) in keep and r["dtype"] in dtypes
             and r["provider"] in PROVIDERS + ("copy",)], meta
@@ -890,53 +944,161 @@ def bench_summary(rows: list[dict], target: float = TARGET_FRAC) -> None:
                                    f"{' and '.join(label(p) for p in peers)}" if ratios else ""))
 
 
-def print_earlier_recording(l2_rows_: list[dict], bench_rows: list[dict], l2_meta: dict, bench_meta: dict) -> None:
-    """The cooperative kernel at the shapes the L2 sweep and the benchmark share, in both recordings."""
-    for r in l2_rows_:
-        if r["provider"] != "split_coop" or not _ok(r):
-            continue
-        b = _find(bench_rows, "split_coop", r["M"], r["N"], r["dtype"])
-        if b is None or not _ok(b):
-            continue
-        print(f"the cooperative kernel at {r['dtype']} {shape_name(r['M'], r['N'])}: {r['graph_frac']:.2f} of copy "
-              f"(eager {r['frac_of_copy']:.2f}) in split_l2.csv (commit {l2_meta.get('commit', '?')}), "
-              f"{b['graph_frac']:.2f} (eager {b['frac_of_copy']:.2f}) in bench_h100.csv (commit "
-              f"{bench_meta.get('commit', '?')})")
-    best = [(r["graph_frac"], r) for r in l2_rows_ if r["provider"] == "split_coop" and _ok(r)]
-    if best:
-        v, r = max(best, key=lambda t: t[0])
-        print(f"highest in split_l2.csv: {v:.2f} (eager {r['frac_of_copy']:.2f}) at {shape_name(r['M'], r['N'])}; "
-              f"at or above the target of {TARGET_FRAC:.2f}: "
-              + (", ".join(shape_name(t['M'], t['N']) for f, t in best if f >= TARGET_FRAC) or "none"))
+def print_earlier_recording(l2_rows_: list[dict], bench_rows: list[dict], l2_meta: dict, bench_meta: dict,
+                            earlier: list[tuple[list[dict], dict]] | None = None,
+                            tuning: tuple[list[dict], dict] | None = None) -> None:
+    """The cooperative kernel in the L2 sweep given (``l2_rows_``: recorded, or measured in this run)
+    beside earlier recordings of the same sweep (default: the recorded ``split_l2.csv`` when the
+    sweep given is live, and ``EARLIER_L2``), size by size, with the configuration the tuning table
+    gives the wrapper at each size; then which sizes reach the target in each, and the same kernel in
+    the benchmark at the shapes the two share. Every source is named from its provenance."""
+    if earlier is None:
+        earlier = ([l2_data(live=False)] if is_live(l2_meta) else []) + [earlier_l2_data()]
+    sources = [(l2_rows_, l2_meta)] + list(earlier)
+    tuning_rows, tuning_meta = tuning if tuning is not None else tuning_data()
+
+    def coop(rows):
+        return {(r["dtype"], r["M"], r["N"]): r for r in rows if r["provider"] == "split_coop" and _ok(r)}
+
+    cols = [coop(rows) for rows, _ in sources]
+    keys = sorted(set().union(*cols), key=lambda k: (k[0], k[1] * k[2]))
+    names = "ABCDEFGH"
+    print("the cooperative kernel in the L2 sweep: fraction of copy in GPU time (eager in brackets)")
+    for n, (_, meta) in zip(names, sources):
+        print(f"  {n}: {source_name(meta)}")
+    print(f"  config: the (slice, warps) the wrapper takes at that size from {source_name(tuning_meta)}")
+    print(f"{'dtype':>9} {'M x N':>11} {'x MiB':>6} " + " ".join(f"{n:>12}" for n in names[:len(sources)])
+          + f" {names[0] + ' - ' + names[len(sources) - 1]:>7} {'config':>11}")
+    noisy = []
+    for d, M, N in keys:
+        cells = []
+        for n, c in zip(names, cols):
+            r = c.get((d, M, N))
+            cells.append(f"{r['graph_frac']:.2f} ({r['frac_of_copy']:.2f})" if r else "-")
+            for key, what in (("graph_spread", "GPU time"), ("spread", "eager")):
+                v = r.get(key) if r else None
+                if isinstance(v, float) and math.isfinite(v) and v > SPREAD_LIMIT:
+                    noisy.append(f"{n} at {shape_name(M, N)} ({what} {v:.0%})")
+        first, last = cols[0].get((d, M, N)), cols[-1].get((d, M, N))
+        diff = f"{round(first['graph_frac'] - last['graph_frac'], 2) + 0.0:+.2f}" if first and last else "-"
+        cfg, _ = coop_choice(tuning_rows, d, M, N)
+        print(f"{d:>9} {shape_name(M, N):>11} {M * N * DTYPE_BYTES[d] / MIB:>6.0f} "
+              + " ".join(f"{c:>12}" for c in cells) + f" {diff:>7} "
+              + f"{(f'{cfg.slice_cols} x {cfg.num_warps}' if cfg else '-'):>11}")
+    print("spread over rounds above 10%: " + (", ".join(noisy) if noisy else "none"))
+    for n, c in zip(names, cols):
+        hits = [shape_name(M, N) for (d, M, N), r in sorted(c.items(), key=lambda t: t[0][1])
+                if r["graph_frac"] >= TARGET_FRAC]
+        best = max(c.values(), key=lambda r: r["graph_frac"], default=None)
+        if best is not None:
+            print(f"{n}: highest {best['graph_frac']:.2f} (eager {best['frac_of_copy']:.2f}) at "
+                  f"{shape_name(best['M'], best['N'])}; at or above the target of {TARGET_FRAC:.2f}: "
+                  + (", ".join(hits) or "none"))
+    for d, M, N in keys:
+        b = _find(bench_rows, "split_coop", M, N, d)
+        if b is not None and _ok(b):
+            print(f"the same kernel at {d} {shape_name(M, N)} in the benchmark: {b['graph_frac']:.2f} of copy "
+                  f"(eager {b['frac_of_copy']:.2f}) in {source_name(bench_meta)}")
 
 
 def print_coop_counters(ncu_rows: list[dict], bench_rows: list[dict], props: dict | None = None) -> None:
     """The cooperative kernel under Nsight Compute: its grid, registers, occupancy (the course's
-    formula, ncu's theoretical and achieved), DRAM throughput, and its duration next to the copy's
-    GPU time at the same shape in the benchmark."""
+    formula with what limits it, ncu's theoretical and achieved), DRAM throughput, and its duration
+    next to the copy's GPU time at the same shape in the benchmark."""
+    p = _props(props)
+    print(f"{'':>20} {'':>13} {'':>5} {'occupancy':^48}")
+    print(f"{'shape':>20} {'grid x warps':>13} {'regs':>5} {'per SM':>7} {'limit':>10} {'formula':>8} "
+          f"{'ncu: theor.':>12} {'achieved':>9} {'DRAM % of peak':>15} {'kernel µs':>10} {'copy µs':>8}")
+    for r in coop_counter_rows(ncu_rows, bench_rows, p):
+        print(f"{r['dtype'] + ' ' + shape_name(r['M'], r['N']):>20} {r['grid']:>6} x {r['warps']:<4} {r['registers']:>5} "
+              f"{r['per_sm']:>7} {r['limited_by']:>10} {r['formula']:>8.0%} {r['theoretical']:>11.0f}% "
+              f"{r['achieved']:>8.0f}% {r['dram_pct']:>14.0f}% {r['kernel_us']:>10.0f} "
+              f"{_f0(r['copy_us']):>8}")
+    sms = p["sm_count"]
+    tuning_rows = tuning_data()[0]
+    for r in coop_counter_rows(ncu_rows, bench_rows, p):
+        cfg, _ = coop_choice(tuning_rows, r["dtype"], r["M"], r["N"])
+        if cfg is None or cfg.num_warps != r["warps"]:
+            continue
+        n_slices = triton.cdiv(r["N"], cfg.slice_cols)
+        print(f"{r['dtype']} {shape_name(r['M'], r['N'])}: slices of {cfg.slice_cols} columns, {n_slices} a row; "
+              f"{r['per_sm']} x {sms} SMs = {r['per_sm'] * sms} programs resident at once; grid {r['grid']} = "
+              f"{r['grid'] // n_slices} rows of {n_slices} slices at a time")
+
+
+def _f0(v) -> str:
+    return f"{v:.0f}" if isinstance(v, (int, float)) and math.isfinite(v) else "-"
+
+
+def coop_counter_rows(ncu_rows: list[dict], bench_rows: list[dict], props: dict | None = None) -> list[dict]:
+    """One dict per profiled cooperative kernel (float32 first, larger first): shape, grid, warps,
+    registers, the course's occupancy (programs per SM, what limits them, the share of warp slots),
+    ncu's theoretical and achieved occupancy (%), DRAM % of peak, kernel µs, the copy's GPU µs."""
     p = _props(props)
     max_warps = p["max_threads_per_sm"] // p["warp_size"]
-    print(f"{'':>20} {'':>13} {'':>5} {'occupancy':^38}")
-    print(f"{'shape':>20} {'grid x warps':>13} {'regs':>5} {'per SM':>7} {'formula':>8} {'ncu: theor.':>12} "
-          f"{'achieved':>9} {'DRAM % of peak':>15} {'kernel µs':>10} {'copy µs':>8}")
+    out = []
     for r in sorted((r for r in ncu_rows if r["kernel"] == "softmax_split_coop_kernel"),
                     key=lambda r: (NCU_SHAPES[r["case"]][0] != "float32", -_x_bytes(r["case"]))):
         d, M, N = NCU_SHAPES[r["case"]]
         warps = int(r["block"]) // p["warp_size"]
         occ = occupancy(int(r["registers"]), 0, warps, p)
-        formula = occ["programs_per_sm"] * warps / max_warps
         c = _find(bench_rows, "copy", M, N, d)
-        copy_us = f"{c['graph_ms'] * 1e3:.0f}" if c is not None and _ok(c) else "-"
-        print(f"{d + ' ' + shape_name(M, N):>20} {int(r['grid']):>6} x {warps:<4} {int(r['registers']):>5} "
-              f"{occ['programs_per_sm']:>7} {formula:>8.0%} {r['theoretical_occupancy_pct']:>11.0f}% "
-              f"{r['achieved_occupancy_pct']:>8.0f}% {r['dram_pct_of_peak']:>14.0f}% {r['duration_ns'] / 1e3:>10.0f} "
-              f"{copy_us:>8}")
+        out.append({"case": r["case"], "dtype": d, "M": M, "N": N, "grid": int(r["grid"]), "warps": warps,
+                    "registers": int(r["registers"]), "per_sm": occ["programs_per_sm"],
+                    "limited_by": occ["limited_by"], "formula": occ["programs_per_sm"] * warps / max_warps,
+                    "theoretical": r["theoretical_occupancy_pct"], "achieved": r["achieved_occupancy_pct"],
+                    "dram_pct": r["dram_pct_of_peak"], "kernel_us": r["duration_ns"] / 1e3,
+                    "copy_us": c["graph_ms"] * 1e3 if c is not None and _ok(c) else None})
+    return out
 
 
 def tuning_data() -> tuple[list[dict], dict]:
     """(rows, provenance) of the lesson GPU's recorded tuning table (``helpers.tuning``): every
     candidate the tuner timed, kinds 'tiled' and 'coop'."""
-    return gpu_data.read_csv("tuning_nvidia_h100_80gb_hbm3")
+    return _recorded("tuning_nvidia_h100_80gb_hbm3")
+
+
+#: The H100 tuning table recorded before the cooperative kernel's grid-sizing fix (commit 43f5b47), kept.
+EARLIER_TUNING = "bench_runs/tuning_nvidia_h100_80gb_hbm3_43f5b47.csv"
+
+
+def earlier_tuning_data() -> tuple[list[dict], dict]:
+    """(rows, provenance) of the H100 tuning table recorded before the grid-sizing fix."""
+    return _recorded(EARLIER_TUNING)
+
+
+def coop_status_counts(tuning_rows: list[dict]) -> dict:
+    """How many candidates of the cooperative kernel a tuning table holds, by outcome: 'ran' (timed
+    and passed the tuner's float64 check), 'refused', 'failed check', 'failed' (anything else)."""
+    counts = {"ran": 0, "refused": 0, "failed check": 0, "failed": 0}
+    for r in tuning_rows:
+        if r["kind"] == "coop":
+            w = _status_word(r)
+            counts["ran" if w[0].isdigit() else w] += 1
+    return counts
+
+
+def print_tuning_history(tables: list[tuple[list[dict], dict]] | None = None,
+                         shapes=(("float32", 1024, 65536),)) -> None:
+    """For each tuning table (default: the one recorded before the grid fix, then today's): how many
+    cooperative candidates ran, were refused or failed the check, and the configuration the wrapper
+    takes from it at ``shapes``."""
+    if tables is None:
+        tables = [earlier_tuning_data(), tuning_data()]
+    for rows, meta in tables:
+        c = coop_status_counts(rows)
+        print(f"{source_name(meta)}: {sum(c.values())} cooperative candidates: {c['ran']} ran, "
+              f"{c['refused']} refused, {c['failed check']} failed check"
+              + (f", {c['failed']} failed otherwise" if c["failed"] else ""))
+        for d, M, N in shapes:
+            cfg, src = coop_choice(rows, d, M, N)
+            if cfg is not None:
+                best = next((r["graph_frac"] for r in rows if r["kind"] == "coop" and (r["dtype"], r["M"], r["N"],
+                             r["slice_cols"], r["num_warps"]) == (d, M, N, cfg.slice_cols, cfg.num_warps)
+                             and _ok(r)), None)
+                print(f"  the wrapper takes {cfg.slice_cols} x {cfg.num_warps} at {d} {shape_name(M, N)}"
+                      + (f" ({best:.2f} of copy in the tuner)" if best is not None else
+                         f" (from the nearest tuned shape, {shape_name(*src)})"))
 
 
 def coop_choice(tuning_rows: list[dict], dtype: str, M: int, N: int):
@@ -967,6 +1129,7 @@ def print_coop_candidates(tuning_rows: list[dict], bench_rows: list[dict], meta:
     """Every (slice, warps) candidate of the cooperative kernel at each long shape (GPU time, fraction
     of copy, from the tuning table), what the wrapper uses there, and both designs in the benchmark."""
     coop = [r for r in tuning_rows if r["kind"] == "coop"]
+    marked = False
     for d in ("float32", "bfloat16"):
         rs = [r for r in coop if r["dtype"] == d]
         shapes = sorted({(r["M"], r["N"]) for r in rs}, key=lambda s: s[1])
@@ -983,6 +1146,7 @@ def print_coop_candidates(tuning_rows: list[dict], bench_rows: list[dict], meta:
         for M, N in shapes:
             cfg, src = coop_choice(tuning_rows, d, M, N)
             uses.append(f"{cfg.slice_cols} x {cfg.num_warps}" + ("" if src == (M, N) else "°") if cfg else "-")
+            marked = marked or (cfg is not None and src != (M, N))
         print(f"{'the wrapper uses':>19} " + " ".join(f"{u:>13}" for u in uses))
         for p in ("split_coop", "split"):
             vals = [_frac(bench_rows, d, M, N, p) for M, N in shapes]
@@ -991,9 +1155,19 @@ def print_coop_candidates(tuning_rows: list[dict], bench_rows: list[dict], meta:
         print(f"{'bench: max error':>19} " + " ".join(f"{r['max_err']:>13.1g}" if r is not None and isinstance(
             r.get("max_err"), (int, float)) else f"{'-':>13}" for r in errs))
         print()
-    print("refused: the driver refused the cooperative launch (too many blocks in cooperative launch); "
-          "failed check: the tuner's float64 check failed; ° = no candidate passed at this shape: the "
-          "configuration of the nearest tuned shape")
+    words = {_status_word(r) for r in coop}
+    notes = []
+    if "refused" in words:
+        notes.append("refused: the driver refused the cooperative launch (too many blocks in cooperative launch)")
+    if "failed check" in words:
+        notes.append("failed check: the tuner's float64 check failed")
+    if any(w == "failed" for w in words):
+        notes.append("failed: the candidate did not run")
+    if not notes:
+        notes.append(f"every one of the {len(coop)} candidates ran and passed the tuner's float64 check")
+    if marked:
+        notes.append("° = no candidate passed at this shape: the configuration of the nearest tuned shape")
+    print("; ".join(notes))
 
 
 # --------------------------------------------------------------------------------------------
@@ -1158,20 +1332,27 @@ def softmax_choice_check(rows: list[dict], tolerance: float = 0.05) -> None:
     if "softmax" not in present or not {"split", "split_coop"} & set(present):
         print("(no helpers.softmax and split measurements in these rows to compare)")
         return
-    good, misses = 0, []
+    good, misses, spreads = 0, [], []
     for d in ("float32", "bfloat16"):
         for M, N in _shapes(rows, d):
             mine = _frac(rows, d, M, N, "softmax")
-            alts = [v for v in (_frac(rows, d, M, N, p) for p in ("split", "split_coop")) if v is not None]
+            alts = [(v, p) for p in ("split", "split_coop") if (v := _frac(rows, d, M, N, p)) is not None]
             if mine is None or not alts:
                 continue
-            if mine >= (1 - tolerance) * max(alts):
+            top, winner = max(alts)
+            if mine >= (1 - tolerance) * top:
                 good += 1
             else:
-                misses.append(f"{d} {shape_name(M, N)} ({mine:.2f} against {max(alts):.2f})")
+                misses.append(f"{d} {shape_name(M, N)} ({mine:.2f} against {top:.2f}, {SHORT[winner]})")
+                for p in ("softmax", winner):
+                    v = (_find(rows, p, M, N, d) or {}).get("graph_spread")
+                    if isinstance(v, (int, float)) and math.isfinite(v):
+                        spreads.append(v)
     total = good + len(misses)
     print(f"helpers.softmax is within {tolerance:.0%} of the better split wrapper (GPU time) at {good} of {total} shapes"
           + (f"; not at {', '.join(misses)}" if misses else ""))
+    if spreads:
+        print(f"(largest spread over rounds of the GPU times behind those misses: {max(spreads):.0%})")
 
 
 #: Figures of this lesson, by the name ``helpers.plots.save`` writes them under.

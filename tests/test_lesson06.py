@@ -341,32 +341,67 @@ def test_l2_points_from_the_recording():
 
 def test_l2_model_failed_as_printed(capsys):
     """The prose says the model failed: the two launches stay far below 1.0 where x fits, and the
-    measured step across the L2 line is far smaller than the model's."""
+    measured step across the L2 line is far smaller than the model's; the cooperative kernel is below
+    the two launches at the two smallest sizes and above them from 64 MiB on (GPU time, in cells
+    whose spread is within 10%). The printed lines say what the rows say."""
     rows, _ = lesson06.l2_data(live=False)
     pts = lesson06.l2_points(rows, 50 * 2**20)
     fit = [p for p in pts if p["fits"]]
     out = [p for p in pts if not p["fits"]]
-    assert all(p["split"]["gpu"] < 0.8 and p["split"]["eager"] < 0.8 for p in fit)
+    assert all(p["split"]["gpu"] < 0.7 for p in fit)  # "half to two thirds" in GPU time
+    assert 0.45 < min(p["split"]["gpu"] for p in fit) and max(p["split"]["gpu"] for p in fit) < 0.7
     step = fit[-1]["split"]["gpu"] - out[0]["split"]["gpu"]
     assert step < 0.1 < 1 - 2 / 3
-    # the cooperative kernel climbs past the two launches only at the large sizes
-    assert pts[0]["split_coop"]["gpu"] < pts[0]["split"]["gpu"]
-    assert pts[-1]["split_coop"]["gpu"] > pts[-1]["split"]["gpu"] + 0.2
+    assert all(0.6 <= p["split"]["gpu"] < 2 / 3 for p in out)  # "slightly below" the model beyond L2
+    gaps = [p["split_coop"]["gpu"] - p["split"]["gpu"] for p in pts]
+    assert gaps[0] < 0 and gaps[1] < 0 and all(g > 0.1 for g in gaps[3:])
+    for p in pts:  # the comparison rests on GPU times whose spread is within the limit
+        for dz in ("split", "split_coop"):
+            assert p[dz]["graph_spread"] <= lesson06.SPREAD_LIMIT
     lesson06.print_l2_model_vs_measured(rows, 50 * 2**20)
     text = capsys.readouterr().out
-    assert "the largest x that fits" in text and "1.55x" in text
-    assert "online (04) at 16 MiB (12%)" in text
+    b = fit[-1]["split"]
+    assert "the largest x that fits" in text and f"{b['model'] / b['gpu']:.2f}x" in text
+    assert "the cooperative kernel minus the two launches, GPU time: " + ", ".join(
+        f"{g:+.2f} at {p['x_bytes'] // 2**20} MiB" for p, g in zip(pts, gaps)) in text
+    noisy = lesson06.l2_noisy_cells(pts)
+    expect = sum(1 for p in pts for dz in lesson06.L2_DESIGNS for k in ("graph_spread", "eager_spread")
+                 if p[dz][k] > lesson06.SPREAD_LIMIT)
+    assert len(noisy) == expect
+    assert ("spread over rounds above 10%: " + (", ".join(noisy) if noisy else "none")) in text
+
+
+def test_l2_noisy_cells_name_the_timing():
+    pts = [{"x_bytes": 16 * 2**20, **{dz: {"graph_spread": 0.01, "eager_spread": 0.01} for dz in lesson06.L2_DESIGNS}}]
+    assert lesson06.l2_noisy_cells(pts) == []
+    pts[0]["split"]["eager_spread"] = 0.23
+    pts[0]["online"]["graph_spread"] = 0.12
+    assert lesson06.l2_noisy_cells(pts) == ["split, two launches (06) at 16 MiB (eager 23%)",
+                                            "online (04) at 16 MiB (GPU time 12%)"]
 
 
 def test_split_counters(capsys):
+    """The prose: each kernel profiled from a flushed L2, the pair took together about what it took
+    back to back in the timed sweep (within 5% at both sizes); the printed numbers are the rows'."""
     ncu, meta = lesson06.ncu_data()
     rows, _ = lesson06.l2_data(live=False)
-    assert "Nsight Compute" in meta["command"]
+    assert "H100" in meta["gpu"] and meta["source"] == "ncu_h100.csv"
+    if "command" in meta:  # (the recording at c995615 has no command line; the provenance prints '?')
+        assert "Nsight Compute" in meta["command"]
     lesson06.print_split_counters(ncu, rows, lesson06.device_props(live=False)[0])
     out = capsys.readouterr().out
-    assert "37.1" in out and "37.3 µs" in out  # the cold pair against the timed pair, 32 MiB
-    assert "278.3" in out and "282.5 µs" in out
-    assert "moves 33.6 MB (y only) if x's second read comes from L2, 67.1 MB if it does not; measured 46.6 MB" in out
+    for case, (_, M, N) in ((c, lesson06.NCU_SHAPES[c]) for c in ("split_fp32_32MiB", "split_fp32_256MiB")):
+        ks = [r for r in ncu if r["case"] == case]
+        assert [lesson06.KERNEL_SHORT[r["kernel"]] for r in ks] == ["stats", "normalize"]
+        cold = sum(r["duration_ns"] for r in ks) / 1e3
+        timed = lesson06._find(rows, "split", M, N)["graph_ms"] * 1e3
+        assert abs(cold - timed) < 0.05 * timed
+        assert f"{cold:.1f}" in out and f"in a CUDA graph: {timed:.1f} µs" in out
+    norm = next(r for r in ncu if r["case"] == "split_fp32_32MiB" and r["kernel"] == "softmax_split_normalize_kernel")
+    xb = 128 * 65536 * 4
+    assert f"moves {xb / 1e6:.1f} MB (y only) if x's second read comes from L2, {2 * xb / 1e6:.1f} MB if it does not; " \
+           f"measured {norm['dram_bytes'] / 1e6:.1f} MB" in out
+    assert xb < norm["dram_bytes"] < 2 * xb  # between the model's two cases: the write-back, read next
 
 
 def test_write_back_table(capsys):
@@ -404,10 +439,20 @@ def test_bench_table_and_summary(capsys):
     lesson06.bench_summary(rows)
     out = capsys.readouterr().out
     assert "1024 x 64K" in out and "8 x 1M" in out and "300 x 100000*" in out
-    assert "0 of 8 reach the target of 0.85" in out  # GPU time and eager
-    assert out.count("0 of 8 reach the target") == 2
-    assert "compile at 64 x 256K (eager 11%)" in out
-    assert "the copy takes 99 µs in a CUDA graph and 87 µs eager" in out
+    # the prose: the target is not reached, in GPU time or eager
+    assert out.count("0 of 8 reach the target of 0.85") == 2
+    # every cell whose spread exceeds the limit is named, with its timing, and no other
+    noisy = [(r["provider"], r["M"], r["N"], k) for r in rows if r["dtype"] == "float32"
+             and r["provider"] in lesson06.PROVIDERS for k in ("graph_spread", "spread")
+             if isinstance(r.get(k), float) and r[k] > lesson06.SPREAD_LIMIT]
+    line = next(ln for ln in out.splitlines() if ln.startswith("spread over rounds above 10%"))
+    assert line.count(" at ") == len(noisy)
+    for p, M, N, k in noisy:
+        assert f"{lesson06.SHORT[p]} at {lesson06.shape_name(M, N)} ({'GPU time' if k == 'graph_spread' else 'eager'} " in line
+    # the held-out shape's copy is slower in a CUDA graph than eager, as printed
+    c = lesson06._find(rows, "copy", *lesson06.HELD_OUT, "float32")
+    assert c["graph_ms"] > c["ms"]
+    assert f"the copy takes {c['graph_ms'] * 1e3:.0f} µs in a CUDA graph and {c['ms'] * 1e3:.0f} µs eager" in out
 
 
 def test_bench_handles_missing_providers(capsys):
@@ -424,40 +469,168 @@ def test_bench_handles_missing_providers(capsys):
 
 
 def test_earlier_recording(capsys):
+    """The prose: the earlier L2 recording reached the target at 512 and 1024 x 64K; the current one
+    does not reach it anywhere and agrees with the benchmark at 1024 x 64K; the two recordings agree
+    within 0.01 from 8 to 64 MiB and differ only at the two sizes where today's table gives 4096 x 4.
+    Each source is named from its provenance."""
     l2, l2m = lesson06.l2_data(live=False)
+    old, oldm = lesson06.earlier_l2_data()
     b, bm = lesson06.bench_data(live=False)
+    t, _ = lesson06.tuning_data()
+
+    def coop(rows):
+        return {r["M"]: r for r in rows if r["provider"] == "split_coop"}
+
+    now, before = coop(l2), coop(old)
+    assert {M for M, r in before.items() if r["graph_frac"] >= lesson06.TARGET_FRAC} == {512, 1024}
+    assert all(r["graph_frac"] < lesson06.TARGET_FRAC for r in now.values())
+    bench = lesson06._find(b, "split_coop", 1024, 65536)
+    assert abs(bench["graph_frac"] - now[1024]["graph_frac"]) < 0.01
+    for M in now:
+        cfg, _ = lesson06.coop_choice(t, "float32", M, 65536)
+        diff = abs(now[M]["graph_frac"] - before[M]["graph_frac"])
+        differ = diff > 0.05
+        assert differ or diff < 0.011  # "agree within 0.01" elsewhere
+        assert differ == (M in (512, 1024)) == ((cfg.slice_cols, cfg.num_warps) == (4096, 4))
+        assert now[M]["graph_spread"] <= lesson06.SPREAD_LIMIT and before[M]["graph_spread"] <= lesson06.SPREAD_LIMIT
     lesson06.print_earlier_recording(l2, b, l2m, bm)
     out = capsys.readouterr().out
-    assert "0.88 of copy (eager 0.87) in split_l2.csv (commit b3a7cdd), 0.78 (eager 0.78) in bench_h100.csv" in out
-    assert "512 x 64K, 1024 x 64K" in out
+    assert f"A: split_l2.csv (commit {l2m['commit']})" in out
+    assert f"B: {lesson06.EARLIER_L2} (commit {oldm['commit']})" in out
+    assert "this run" not in out
+    r = now[1024]
+    assert (f"the same kernel at float32 1024 x 64K in the benchmark: {bench['graph_frac']:.2f} of copy "
+            f"(eager {bench['frac_of_copy']:.2f}) in bench_h100.csv (commit {bm['commit']})") in out
+    assert f"A: highest {r['graph_frac']:.2f} (eager {r['frac_of_copy']:.2f}) at 1024 x 64K; at or above the target of 0.85: none" in out
+    assert "B: highest 0.88 (eager 0.87) at 1024 x 64K; at or above the target of 0.85: 512 x 64K, 1024 x 64K" in out
+    assert "spread over rounds above 10%: none" in out
+
+
+def test_earlier_recording_labels_live_data(capsys):
+    """Live on a GPU the sweep and the benchmark are this run's: labelled so, with the recorded
+    split_l2.csv and the earlier recording beside them (the known bug: live numbers were labelled
+    'in split_l2.csv')."""
+    l2, l2m = lesson06.l2_data(live=False)
+    b, bm = lesson06.bench_data(live=False)
+    live_l2 = dict(l2m, command="helpers.lesson06.l2_rows()", commit="abc1234")
+    live_b = dict(bm, command="helpers.lesson06.bench_data()")
+    for m in (live_l2, live_b):
+        m.pop("source")
+    assert lesson06.is_live(live_l2) and not lesson06.is_live(l2m)
+    lesson06.print_earlier_recording(l2, b, live_l2, live_b)
+    out = capsys.readouterr().out
+    assert "A: this run" in out
+    assert f"B: split_l2.csv (commit {l2m['commit']})" in out and f"C: {lesson06.EARLIER_L2}" in out
+    assert "in the benchmark: " in out and out.rstrip().endswith("in this run")
+    assert "abc1234" not in out
+
+
+def test_source_name_comes_from_the_provenance():
+    assert lesson06.source_name({"command": "helpers.lesson06.l2_rows()", "source": "split_l2.csv"}) == "this run"
+    assert lesson06.source_name({"command": "python -m helpers.bench sweep", "source": "x.csv", "commit": "c1"}) == "x.csv (commit c1)"
+    assert lesson06.source_name({"source": "ncu_h100.csv", "commit": "c2"}) == "ncu_h100.csv (commit c2)"
+    for load in (lesson06.l2_data, lesson06.bench_data):
+        assert load(live=False)[1]["source"].endswith(".csv")
+    for load in (lesson06.ncu_data, lesson06.tuning_data, lesson06.earlier_l2_data, lesson06.earlier_tuning_data):
+        assert load()[1]["source"].endswith(".csv")
 
 
 def test_coop_counters(capsys):
+    """The prose: 128 to 155 registers a thread, the register file limits the programs per SM at
+    every shape; 4 warps at 155 registers (3 programs, 19%) at float32 1024 x 64K, 25% elsewhere;
+    the formula agrees with ncu's theoretical occupancy and the achieved with both; the grid is the
+    whole rows that fit at once; the kernel takes longer than a copy; DRAM under half busy at the
+    few-row shapes."""
     ncu, _ = lesson06.ncu_data()
     b, _ = lesson06.bench_data(live=False)
-    lesson06.print_coop_counters(ncu, b, lesson06.device_props(live=False)[0])
-    lines = capsys.readouterr().out.splitlines()[2:]
-    assert len(lines) == 4
-    for ln in lines:
+    t, _ = lesson06.tuning_data()
+    props = lesson06.device_props(live=False)[0]
+    rows = lesson06.coop_counter_rows(ncu, b, props)
+    assert len(rows) == 4
+    assert min(r["registers"] for r in rows) == 128 and max(r["registers"] for r in rows) == 155
+    for r in rows:
+        assert r["limited_by"] == "registers"
+        assert abs(100 * r["formula"] - r["theoretical"]) < 0.5
+        assert abs(r["achieved"] - r["theoretical"]) < 2.5
+        assert r["kernel_us"] > r["copy_us"]
+        cfg, _ = lesson06.coop_choice(t, r["dtype"], r["M"], r["N"])
+        assert cfg.num_warps == r["warps"]  # the profile ran the tuned configuration
+        n_slices = triton.cdiv(r["N"], cfg.slice_cols)
+        assert r["grid"] == min(r["M"], r["per_sm"] * props["sm_count"] // n_slices) * n_slices
+        if r["M"] <= 64:
+            assert r["dram_pct"] < 50
+    first = rows[0]
+    assert (first["dtype"], first["M"], first["registers"], first["warps"], first["per_sm"]) == ("float32", 1024, 155, 4, 3)
+    assert first["formula"] == pytest.approx(0.1875)
+    assert all(r["formula"] == 0.25 for r in rows[1:])
+    lesson06.print_coop_counters(ncu, b, props)
+    out = capsys.readouterr().out
+    assert "3 x 132 SMs = 396 programs resident at once; grid 384 = 24 rows of 16 slices at a time" in out
+    lines = out.splitlines()[2:6]
+    for ln, r in zip(lines, rows):
         f = ln.split()
-        assert f[len(f) - 1 - f[::-1].index("x") + 1] in ("16", "8")  # warps a program
-        assert "25%" in ln  # the formula: one program of 16 warps (or two of 8) of 64 warp slots
-        kernel_us, copy_us = float(f[-2]), float(f[-1])
-        assert kernel_us > copy_us
+        assert f[-2:] == [f"{r['kernel_us']:.0f}", f"{r['copy_us']:.0f}"] and "registers" in f
 
 
 def test_coop_candidates_and_choice(capsys):
+    """The prose: today's table has no refused or failed candidate (the earlier one had both); the
+    wrapper takes the fastest candidate at each tuned shape: 4096 x 4 at float32 1024 x 64K (where
+    the earlier table took 16384 x 16), slices of 16384 at 64 x 256K and 8 x 1M, 8192 x 8 for
+    bfloat16 everywhere; the benchmark measured the chosen configuration at the tuner's fraction."""
     t, meta = lesson06.tuning_data()
+    old, old_meta = lesson06.earlier_tuning_data()
     b, _ = lesson06.bench_data(live=False)
-    cfg, src = lesson06.coop_choice(t, "float32", 1024, 65536)
-    assert (cfg.slice_cols, cfg.num_warps, src) == (16384, 16, (1024, 65536))
-    cfg, src = lesson06.coop_choice(t, "float32", 8, 2**20)
-    assert src == (256, 131072)  # no candidate passed at 8 x 1M: the nearest tuned shape
-    cfg, _ = lesson06.coop_choice(t, "bfloat16", 64, 2**18)
-    assert (cfg.slice_cols, cfg.num_warps) == (8192, 8)
+    assert lesson06.coop_status_counts(t) == {"ran": 48, "refused": 0, "failed check": 0, "failed": 0}
+    c = lesson06.coop_status_counts(old)
+    assert c["refused"] > 0 and c["failed check"] > 0
+    for d in ("float32", "bfloat16"):
+        for M, N in lesson06.LONG_SHAPES:
+            cands = [r for r in t if r["kind"] == "coop" and (r["dtype"], r["M"], r["N"]) == (d, M, N)]
+            best = max(cands, key=lambda r: r["graph_frac"])
+            cfg, src = lesson06.coop_choice(t, d, M, N)
+            assert src == (M, N) and (cfg.slice_cols, cfg.num_warps) == (best["slice_cols"], best["num_warps"])
+            if d == "float32" and M <= 64:
+                assert cfg.slice_cols == 16384
+            if d == "bfloat16":
+                assert (cfg.slice_cols, cfg.num_warps) == (8192, 8)
+            if (d, M) == ("float32", 1024):
+                bench = lesson06._find(b, "split_coop", M, N, d)
+                assert f"{bench['graph_frac']:.2f}" == f"{best['graph_frac']:.2f}"
+                assert bench["graph_spread"] <= lesson06.SPREAD_LIMIT
+    new_cfg, _ = lesson06.coop_choice(t, "float32", 1024, 65536)
+    old_cfg, _ = lesson06.coop_choice(old, "float32", 1024, 65536)
+    assert (new_cfg.slice_cols, new_cfg.num_warps) == (4096, 4) and (old_cfg.slice_cols, old_cfg.num_warps) == (16384, 16)
     lesson06.print_coop_candidates(t, b, meta)
     out = capsys.readouterr().out
-    assert out.count("refused") >= 3 and "failed check" in out and "16384 x 16°" in out
+    assert "refused" not in out and "failed" not in out and "°" not in out
+    assert "every one of the 48 candidates ran and passed the tuner's float64 check" in out
+    lesson06.print_coop_candidates(old, b, old_meta)
+    out = capsys.readouterr().out
+    assert out.count("refused") >= c["refused"] and "failed check" in out and "16384 x 16°" in out
+    lesson06.print_tuning_history()
+    out = capsys.readouterr().out
+    assert (f"{lesson06.EARLIER_TUNING} (commit {old_meta['commit']}): 48 cooperative candidates: {c['ran']} ran, "
+            f"{c['refused']} refused, {c['failed check']} failed check") in out
+    assert f"tuning_nvidia_h100_80gb_hbm3.csv (commit {meta['commit']}): 48 cooperative candidates: 48 ran, 0 refused" in out
+    assert "the wrapper takes 16384 x 16 at float32 1024 x 64K" in out and "the wrapper takes 4096 x 4 at float32 1024 x 64K" in out
+
+
+def test_two_launches_win_where_the_prose_says(capsys):
+    """The prose: at bfloat16 64 x 256K and 8 x 1M the two launches beat helpers.softmax by more
+    than 5% in GPU time, at no other shape, in cells whose spread is within 10%."""
+    b, _ = lesson06.bench_data(live=False)
+    lesson06.softmax_choice_check(b)
+    out = capsys.readouterr().out
+    misses = []
+    for d in ("float32", "bfloat16"):
+        for M, N in lesson06._shapes(b, d):
+            mine = lesson06._find(b, "softmax", M, N, d)
+            alt = max((lesson06._find(b, p, M, N, d) for p in ("split", "split_coop")), key=lambda r: r["graph_frac"])
+            if mine["graph_frac"] < 0.95 * alt["graph_frac"]:
+                misses.append((d, M, N, alt["provider"]))
+                assert mine["graph_spread"] <= lesson06.SPREAD_LIMIT and alt["graph_spread"] <= lesson06.SPREAD_LIMIT
+    assert misses == [("bfloat16", 64, 2**18, "split"), ("bfloat16", 8, 2**20, "split")]
+    assert "at 8 of 10 shapes; not at bfloat16 64 x 256K" in out and "bfloat16 8 x 1M" in out
 
 
 def test_softmax_choice_check(capsys):
@@ -469,7 +642,7 @@ def test_softmax_choice_check(capsys):
     lesson06.softmax_choice_check(rows)
     out = capsys.readouterr().out.strip()
     assert out == ("helpers.softmax is within 5% of the better split wrapper (GPU time) at 1 of 2 shapes; "
-                   "not at float32 64 x 256K (0.30 against 0.60)")
+                   "not at float32 64 x 256K (0.30 against 0.60, two launches)")
     lesson06.softmax_choice_check(rows[:2])
     assert "no helpers.softmax" in capsys.readouterr().out
 
@@ -544,7 +717,11 @@ def test_l2_figure_shows_prediction_and_measurement():
         step = next(ln for ln in left.get_lines() if ln.get_label() == "model: two launches")
         assert list(step.get_ydata()) == [1.0, 1.0, 2 / 3, 2 / 3] and step.get_xdata()[1] == 50
         texts = [t.get_text() for t in right.texts]
-        assert "2.00" in texts and "3.00" in texts and "2.43" in texts and "2.94" in texts
+        assert "2.00" in texts and "3.00" in texts  # the model's bytes per byte of x: fits, does not
+        ncu, _ = lesson06.ncu_data()
+        for case in ("split_fp32_32MiB", "split_fp32_256MiB"):  # the counters' total, per byte of x
+            total = sum(r["dram_bytes"] for r in ncu if r["case"] == case) / lesson06._x_bytes(case)
+            assert f"{total:.2f}" in texts
     finally:
         plt.close(fig)
 
