@@ -1,7 +1,9 @@
 """Execute every lesson on the current machine (e.g. a GPU) into a scratch folder, never in place.
 
 python tools/run_notebooks_gpu.py OUT_DIR [NN ...]  -> OUT_DIR/NN_name.ipynb executed (all lessons, or those
-numbered NN), a summary line per notebook and its three slowest cells.
+numbered NN), a summary line per notebook and its three slowest cells, and on a GPU
+OUT_DIR/notebook_runs_<gpu>.csv (one row per notebook, with provenance: the record kept under
+figures/data/).
 Stored outputs in the repository must come from the CPU (make execute); this only proves the lessons
 run to the end here.
 """
@@ -13,6 +15,7 @@ import nbformat
 from nbclient import NotebookClient
 
 root = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(root))
 out = Path(sys.argv[1])
 out.mkdir(parents=True, exist_ok=True)
 failed = 0
@@ -30,6 +33,7 @@ def _slowest(nb, k=3):
     return sorted(out, reverse=True)[:k]
 
 only = set(sys.argv[2:])
+runs = []
 paths = [p for p in sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb")) if not only or p.name[:2] in only]
 for nb_path in paths:
     nb = nbformat.read(nb_path, as_version=4)
@@ -42,6 +46,17 @@ for nb_path in paths:
         status = f"FAILED: {type(e).__name__}: {str(e).strip().splitlines()[-1][:300] if str(e).strip() else ''}"
     nbformat.write(nb, out / nb_path.name)
     print(f"{nb_path.name}: {status} in {time.time() - t0:.0f} s", flush=True)
-    print("   slowest cells:", ", ".join(f"#{i} {t:.1f} s" for t, i in _slowest(nb)), flush=True)
+    slow = _slowest(nb)
+    print("   slowest cells:", ", ".join(f"#{i} {t:.1f} s" for t, i in slow), flush=True)
+    runs.append(dict(notebook=nb_path.name, status=status.replace(",", ";"), seconds=round(time.time() - t0, 1),
+                     slowest_cell=slow[0][1] if slow else "", slowest_cell_s=round(slow[0][0], 1) if slow else ""))
 print(f"{len(paths) - failed} notebooks ran to the end, {failed} failed")
+import torch  # noqa: E402
+
+if torch.cuda.is_available():
+    from helpers.gpu_data import gpu_short_name, provenance, write_csv
+
+    path = write_csv(out / f"notebook_runs_{gpu_short_name()}.csv", runs,
+                     provenance("python tools/run_notebooks_gpu.py OUT"))
+    print(f"wrote {path}")
 sys.exit(1 if failed else 0)
