@@ -267,6 +267,36 @@ class _Direct:
         self.compiled = compiled
 
 
+def direct_path(x) -> bool:
+    """True when kernels for tensors like ``x`` may be launched by calling the compiled kernel's
+    launcher directly: ``x`` is on a GPU, this Triton's launcher takes our arguments, and no launch
+    hook (a profiler) is installed. Otherwise launch through ``kernel[grid](...)``."""
+    return DIRECT[0] and x.is_cuda and not _launch_hooks_installed()
+
+
+def current_device() -> int:
+    """The index of the current CUDA device (-1 where there is none): a launcher made for a tensor
+    on another device must run inside ``torch.cuda.device(its index)``."""
+    return _get_device() if _get_device is not None else -1
+
+
+def direct_launcher(L: Launch, tensors: tuple, device: int) -> Callable:
+    """Compile ``L`` for these example tensors (``tensors[i]`` is the pointer ``L.ptrs[i]``) and
+    return ``launch(*data_ptrs)``, which queues the compiled kernel on ``device``'s current stream
+    with raw pointers, in ``L.ptrs``'s order: the direct path of the row wrappers, for kernels whose
+    inputs are not rows (attention). Raises TypeError or AttributeError when this Triton's launcher
+    differs; use ``kernel[grid](...)`` then (and set ``DIRECT[0] = False`` if a launch refuses its
+    arguments)."""
+    d = _Direct(L, tensors, {p: i for i, p in enumerate(L.ptrs)})
+    run, (gx, gy, gz), fn, packed, coop, pdl, rest = d.launch, d.grid, d.function, d.packed, d.coop, d.pdl, d.rest
+    raw_stream = _raw_stream
+
+    def launch(*ptrs):
+        run(gx, gy, gz, raw_stream(device), fn, coop, pdl, None, None, packed, None, None, None, *ptrs, *rest)
+
+    return launch
+
+
 def _inputs2d(rows: Rows, inputs: tuple) -> tuple:
     first = inputs[0].reshape(rows.n_rows, rows.n_cols) if rows.copy else inputs[0]
     if len(inputs) == 1:

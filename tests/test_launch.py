@@ -154,6 +154,29 @@ def test_direct_launch_on_a_gpu_jit_under_the_interpreter():
     assert not _launch_hooks_installed()
 
 
+def test_the_public_direct_launch_serves_attention():
+    """helpers.attention takes launch's public direct path: on a GPU its cached call launches the
+    compiled kernel through launch.direct_launcher (the same result as the JIT path); under the
+    interpreter direct_path is False and it goes through kernel[grid](...)."""
+    import sys
+
+    from helpers import launch
+
+    A = sys.modules["helpers.kernels.attention"]  # (helpers.kernels.attention is also the function's name)
+    q, k, v = (randn(1, 2, 40, 16) for _ in range(3))
+    assert launch.direct_path(q) == helpers.ON_GPU
+    assert launch.direct_path(q.cpu()) is False
+    out = helpers.attention(q, k, v)
+    call = next(c for key, c in A._LAUNCHERS.items() if key and key[1] == q.shape)
+    assert call.__qualname__.startswith("_launcher.<locals>." + ("direct_call" if helpers.ON_GPU else "jit_call"))
+    ref = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double())
+    assert (out.double() - ref).abs().max().item() < 1e-5
+    if helpers.ON_GPU:
+        assert launch.current_device() == q.get_device()
+    else:
+        assert launch.current_device() == -1
+
+
 def test_a_plan_function_sees_rows_and_options():
     seen = []
 

@@ -288,25 +288,23 @@ def _launcher(plan, q, k, v):
         attention_fwd_kernel[plan.grid](out, lse, q, k, v, *plan.args, **plan.constexprs, **L.options())
         return (out, lse) if write_lse else out
 
-    if not (launch.DIRECT[0] and q.is_cuda and not launch._launch_hooks_installed()):
+    if not launch.direct_path(q):
         return jit_call
     try:
         qc, kc, vc = (q.contiguous(), k.contiguous(), v.contiguous()) if copy else (q, k, v)
-        d = launch._Direct(L, (*outputs(qc), qc, kc, vc), {"out": 0, "lse": 1, "q": 2, "k": 3, "v": 4})
+        dev = q.get_device()
+        run = launch.direct_launcher(L, (*outputs(qc), qc, kc, vc), dev)
     except (TypeError, AttributeError):  # this Triton's launcher differs: use the JIT
         return jit_call
-    run, (gx, gy, gz), fn, packed, coop, pdl, rest = d.launch, d.grid, d.function, d.packed, d.coop, d.pdl, d.rest
-    raw_stream, get_device, dev = launch._raw_stream, launch._get_device, q.get_device()
 
     def direct_call(q, k, v):
-        if get_device() != dev:  # launch in the tensors' own device context
+        if launch.current_device() != dev:  # launch in the tensors' own device context
             with torch.cuda.device(dev):
                 return direct_call(q, k, v)
         if copy:
             q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         out, lse = outputs(q)
-        run(gx, gy, gz, raw_stream(dev), fn, coop, pdl, None, None, packed, None, None, None,
-            out.data_ptr(), lse.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(), *rest)
+        run(out.data_ptr(), lse.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr())
         return (out, lse) if write_lse else out
 
     return direct_call
