@@ -660,6 +660,42 @@ def print_peak_memory(data, dtype: str = "float16", D: int = 128, causal: int = 
 # --------------------------------------------------------------------------------------------
 
 
+def tile_tuning(gpus=("h100", "h200")) -> list[dict]:
+    """For each GPU and (D, causal): the tile configuration the kernel uses (attention_config) and the
+    fastest of the tuner's candidates, in GPU TFLOP/s at S = 4096 (``attention_tune_<gpu>.csv``)."""
+    from .kernels.attention import attention_config
+
+    out = []
+    for gpu in gpus:
+        rows, meta = gpu_data.read_csv(f"attention_tune_{gpu}")
+        for D, causal in sorted({(r["D"], r["causal"]) for r in rows}):
+            rs = [r for r in rows if (r["D"], r["causal"]) == (D, causal) and r["status"] == "ok"]
+            best = max(rs, key=lambda r: r["graph_tflops"])
+            cfg = tuple(attention_config(getattr(torch, rs[0]["dtype"]), D, interpreter=False))
+            used = next((r for r in rs if (r["block_m"], r["block_n"], r["num_warps"], r["num_stages"]) == cfg), None)
+            out.append(dict(gpu=meta["gpu"], meta=meta, D=D, causal=causal, candidates=len(rs), used_cfg=cfg,
+                            used=used["graph_tflops"] if used else float("nan"), best=best["graph_tflops"],
+                            best_cfg=(best["block_m"], best["block_n"], best["num_warps"], best["num_stages"])))
+    return out
+
+
+def print_tile_tuning(gpus=("h100", "h200")) -> None:
+    """Print :func:`tile_tuning`: is the configuration in use the fastest candidate on each GPU?"""
+    rows = tile_tuning(gpus)
+    for meta in {id(r["meta"]): r["meta"] for r in rows}.values():
+        print(gpu_data.provenance_line(meta))
+    print("float16, S = 4096, B = 4, H = 16: GPU TFLOP/s of the configuration in use (block_m, block_n, warps, "
+          "stages) and of the fastest candidate")
+    print(f"{'GPU':<22} {'D':>4} {'causal':>6} {'in use':>16} {'TFLOP/s':>8} {'fastest':>16} {'TFLOP/s':>8} {'share':>6}")
+    for r in rows:
+        print(f"{r['gpu'].replace('NVIDIA ', ''):<22} {r['D']:>4} {'yes' if r['causal'] else 'no':>6} "
+              f"{str(r['used_cfg']):>16} {r['used']:>8.1f} {str(r['best_cfg']):>16} {r['best']:>8.1f} "
+              f"{r['used'] / r['best']:>6.2f}")
+    worst = min(rows, key=lambda r: r["used"] / r["best"])
+    print(f"the configuration in use reaches at least {worst['used'] / worst['best']:.2f} of the fastest of "
+          f"{worst['candidates']} candidates in every case on {len(gpus)} GPUs")
+
+
 def merge_two(o1, lse1, o2, lse2):
     """Attention over the keys of two parts, from each part's (output, lse): every output is
     weighted by its share of the total sum, e^(lse_i - lse), with lse = log(e^lse1 + e^lse2)."""

@@ -532,3 +532,29 @@ def test_7_3_not_a_kernel_and_a_kernel_that_fails(capsys, tmp_path):
     src = _variant(("    o = acc / l_i[:, None]\n", "    o = acc / l_i[:, None, None]\n"))
     mod = _module_from(src, tmp_path, "k73_bad_shape")
     _assert(_verdict(capsys, lesson07.check_7_3, mod.my_attention_kernel), "wrong")
+
+
+def test_the_tile_configuration_in_use_is_the_fastest_candidate(capsys):
+    """The prose: the configuration attention_config gives is the fastest of the tuner's candidates,
+    or within a percent of it, for every head dim and mask on both recorded GPUs."""
+    rows = lesson07.tile_tuning()
+    assert {r["gpu"] for r in rows} == {"NVIDIA H100 80GB HBM3", "NVIDIA H200"}
+    assert len(rows) == 8 and all(r["candidates"] >= 10 for r in rows)
+    assert all(r["used"] / r["best"] >= 0.99 for r in rows), [(r["gpu"], r["D"], r["causal"]) for r in rows]
+    lesson07.print_tile_tuning()
+    out = capsys.readouterr().out
+    assert f"at least {min(r['used'] / r['best'] for r in rows):.2f} of the fastest of 10 candidates" in out
+
+
+@pytest.mark.parametrize("gpu", ["h100", "h200"])
+def test_below_target_from_4k_only_at_d128_without_a_mask(gpu):
+    """The prose: from S = 4K on, every point below 0.8 of the fastest SDPA backend is D = 128 without
+    a mask (on both recorded GPUs; the lesson shows the H100's)."""
+    rows, _ = lesson07.attention_data(live=False, path=gpu_data.DATA_DIR / f"attention_{gpu}.csv")
+    below = set()
+    for r in rows:
+        if r["provider"] == "course" and lesson07._ok(r) and r["S"] >= 4096:
+            best = lesson07.best_sdpa(rows, r["dtype"], r["D"], r["causal"], r["S"])
+            if r["graph_tflops"] / best[1] < 0.8:
+                below.add((r["D"], int(r["causal"])))
+    assert below <= {(128, 0)} and below
