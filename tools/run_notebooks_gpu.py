@@ -57,6 +57,6 @@ if torch.cuda.is_available():
     from helpers.gpu_data import gpu_short_name, provenance, write_csv
 
     path = write_csv(out / f"notebook_runs_{gpu_short_name()}.csv", runs,
-                     provenance("python tools/run_notebooks_gpu.py OUT"))
+                     provenance("python tools/run_notebooks_gpu.py OUT" + "".join(" " + a for a in sys.argv[2:])))
     print(f"wrote {path}")
 sys.exit(1 if failed else 0)
