@@ -150,6 +150,51 @@ def bench(gpu: str = LESSON_GPU) -> tuple[list[dict], dict]:
     return read_csv(f"bench_{gpu}")
 
 
+def previous_bench(gpu: str = LESSON_GPU) -> tuple[list[dict], dict]:
+    """The sweep of ``gpu`` recorded before the current ``bench_<gpu>.csv``: the newest by date of
+    those kept under ``figures/data/bench_runs/``. FileNotFoundError when there is none."""
+    current = bench(gpu)[1].get("date", "")
+    runs = [read_csv(f) for f in sorted((DATA_DIR / "bench_runs").glob(f"bench_{gpu}_*.csv"))]
+    runs = [(rows, meta) for rows, meta in runs if meta.get("date", "") < current]
+    if not runs:
+        raise FileNotFoundError(f"no earlier sweep of the {gpu.upper()} under figures/data/bench_runs/")
+    return max(runs, key=lambda rm: rm[1]["date"])
+
+
+def sweep_agreement(current: list[dict], earlier: list[dict], changed=("softmax", "split_coop"),
+                    within: float = 0.05) -> dict:
+    """How far two sweeps agree in GPU time, cell by cell, over the cells both measured of every
+    provider not in ``changed``: the number of cells, how many differ by at most ``within``, the
+    median difference (all absolute), and the cells outside as ((dtype, M, N, provider), signed
+    difference) pairs, largest first: current / earlier - 1."""
+    key = lambda r: (r["dtype"], r["M"], r["N"], r["provider"])  # noqa: E731
+    ka = {key(r): r for r in current if ok(r) and r["provider"] not in changed}
+    kb = {key(r): r for r in earlier if ok(r) and r["provider"] not in changed}
+    signed = {k: ka[k]["graph_ms"] / kb[k]["graph_ms"] - 1 for k in ka if k in kb}
+    diffs = sorted(abs(d) for d in signed.values())
+    outside = sorted(((k, d) for k, d in signed.items() if abs(d) > within), key=lambda kd: abs(kd[1]))
+    return dict(cells=len(diffs), within=sum(d <= within for d in diffs), median=diffs[len(diffs) // 2],
+                outside=outside, limit=within, changed=tuple(changed))
+
+
+#: A cell whose rounds differ by more than this (max - min over the median) carries no conclusion:
+#: the lessons star it and leave it out of what they conclude.
+SPREAD_LIMIT = 0.10
+#: A measured row's spreads over rounds, and the timing each belongs to.
+SPREAD_KEYS = (("graph_spread", "GPU time"), ("spread", "eager"))
+
+
+def noisy(spread) -> bool:
+    """True for a spread over rounds above ``SPREAD_LIMIT`` (not for a missing value or NaN)."""
+    return isinstance(spread, (int, float)) and spread == spread and spread > SPREAD_LIMIT
+
+
+def noisy_timings(row: dict | None) -> list[tuple[str, float]]:
+    """(timing, spread) for each timing of a measured row ('GPU time', 'eager') whose rounds spread
+    over ``SPREAD_LIMIT``; none for a missing row."""
+    return [(what, row[key]) for key, what in SPREAD_KEYS if row is not None and noisy(row.get(key))]
+
+
 def ok(row: dict, key: str = "graph_frac") -> bool:
     """A measured row whose ``key`` is a finite number."""
     v = row.get(key)

@@ -16,7 +16,7 @@ import triton
 
 from . import gpu_data, plots
 from .exercises import Wrong, call_attempt, check, fmt, guarded, launch_learner_kernel, run_learner_kernel
-from .gpu_data import ok as _ok, series as _series
+from .gpu_data import SPREAD_LIMIT, noisy, ok as _ok, series as _series
 from .kernels import MAX_FUSED_COLS, num_warps_for, softmax_fused, softmax_fused_kernel
 from .launch import acc_dtype
 from .measure import DTYPES, device_facts, eager_ms, gpu_ms, measure_shape, require_gpu
@@ -265,8 +265,6 @@ BANDWIDTH_PROVIDERS = ("copy", "torch_naive", "torch_softmax", "fused")
 #: Every kernel of the benchmark written in Triton (the small-shape comparison).
 TRITON_PROVIDERS = ("triton_tutorial", "liger", "fused", "online", "persistent", "softmax")
 LIVE_NS = (256, 1024, 4096, 16384)
-#: A cell whose rounds differ by more than this (max - min over the median) carries no conclusion.
-SPREAD_LIMIT = 0.10
 
 
 def bandwidth_data(live: bool | None = None, M: int = 4096, ns=LIVE_NS) -> tuple[list[dict], dict]:
@@ -295,8 +293,7 @@ def _row(rows, N, provider, dtype, M=None):
 
 
 def _spread_ok(r: dict, key: str) -> bool:
-    v = r.get(key)
-    return not isinstance(v, (int, float)) or not math.isfinite(v) or v <= SPREAD_LIMIT
+    return not noisy(r.get(key))
 
 
 def _cell(r: dict | None) -> str:

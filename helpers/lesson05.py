@@ -19,7 +19,7 @@ import triton
 from . import gpu_data, plots
 from .device import api_occupancy, gpu_props, occupancy
 from .exercises import Wrong, call_attempt, check, guarded, launch_learner_kernel
-from .gpu_data import device_props, ok as _ok, series as _series
+from .gpu_data import SPREAD_LIMIT, device_props, noisy, ok as _ok, series as _series
 from .kernels import persistent_plan, softmax_persistent, softmax_persistent_kernel
 from .launch import Rows, acc_dtype
 from .measure import DTYPES, eager_ms, gpu_ms, host_us, require_gpu
@@ -33,8 +33,6 @@ def _label(provider: str) -> str:
 from .reference import error_report, round_up_err
 
 LIMIT_NAMES = ("registers", "shared memory", "threads", "blocks")
-#: A cell whose rounds differ by more than this (max - min over the median) carries no conclusion.
-SPREAD_LIMIT = 0.10
 
 # --------------------------------------------------------------------------------------------
 # The GPU's terms
@@ -677,7 +675,7 @@ def _frac_cell(r: dict | None, key: str) -> str:
     if not _ok(r, key):
         return "n/a" if str(r.get("status", "")).startswith("n/a") else "failed"
     spread = r.get("graph_spread" if key == "graph_frac" else "spread")
-    star = "*" if isinstance(spread, (int, float)) and spread > SPREAD_LIMIT else ""
+    star = "*" if noisy(spread) else ""
     return f"{r[key]:.2f}{star}"
 
 
@@ -696,25 +694,14 @@ def print_final_table(rows: list[dict], dtype: str = "float32", group: str = "M=
         print(f"{Mi:>5} {N:>7} " + " ".join(f"{c:>8}" for c in cells))
 
 
-#: The previous full H100 sweep: the same code; the tuning table (which configures helpers.softmax
-#: and split_coop) was re-recorded between the two.
-EARLIER_SWEEP = "bench_h100_c691811.csv"
-
-
 def run_to_run(changed=("softmax", "split_coop"), within: float = 0.05) -> dict:
-    """How far two full recorded sweeps of the H100 agree in GPU time, over the cells both measured
-    of every provider whose code and configuration did not change between them (``changed`` is left
-    out: the tuning table, which configures helpers.softmax and split_coop, was re-recorded)."""
+    """How far the recorded H100 sweep and the one before it (``gpu_data.previous_bench``) agree in
+    GPU time, over the cells both measured of every provider whose code and configuration did not
+    change between them (``changed`` is left out: the tuning table, which configures helpers.softmax
+    and split_coop, was re-recorded)."""
     a, meta_a = gpu_data.bench()
-    b, meta_b = gpu_data.read_csv(gpu_data.DATA_DIR / "bench_runs" / EARLIER_SWEEP)
-    key = lambda r: (r["dtype"], r["M"], r["N"], r["provider"])  # noqa: E731
-    ka = {key(r): r for r in a if _ok(r) and r["provider"] not in changed}
-    kb = {key(r): r for r in b if _ok(r) and r["provider"] not in changed}
-    pairs = sorted((abs(ka[k]["graph_ms"] / kb[k]["graph_ms"] - 1), k) for k in ka if k in kb)
-    diffs = [d for d, _ in pairs]
-    return dict(cells=len(diffs), within=sum(d <= within for d in diffs), median=diffs[len(diffs) // 2],
-                outside=[(k, d) for d, k in pairs if d > within], meta_a=meta_a, meta_b=meta_b, limit=within,
-                changed=changed)
+    b, meta_b = gpu_data.previous_bench()
+    return dict(gpu_data.sweep_agreement(a, b, changed, within), meta_a=meta_a, meta_b=meta_b)
 
 
 def print_run_to_run() -> None:
@@ -726,7 +713,7 @@ def print_run_to_run() -> None:
           f"median difference {r['median']:.1%} (left out, their tuned configuration changed: "
           f"{'; '.join(_label(p) for p in r['changed'])})")
     for (d, M, N, p), diff in r["outside"]:
-        print(f"  differs by {diff:.0%}: {d} {M} x {N}, {_label(p)}")
+        print(f"  differs by {abs(diff):.0%}: {d} {M} x {N}, {_label(p)}")
 
 
 def peer_comparison(rows: list[dict], dtype: str, group: str, mine: str = "softmax", peers=PEERS,
@@ -747,9 +734,9 @@ def peer_comparison(rows: list[dict], dtype: str, group: str, mine: str = "softm
         ratio = at[mine]["graph_frac"] / at[best]["graph_frac"]
         eager = at[mine]["frac_of_copy"] / at[best]["frac_of_copy"]
         verdict = "ahead" if ratio > 1 + level else ("behind" if ratio < 1 - level else "level")
-        noisy = any(at[p]["graph_spread"] > SPREAD_LIMIT for p in (mine, best))
+        spread = any(noisy(at[p]["graph_spread"]) for p in (mine, best))
         out.append(dict(M=M, N=N, mine=at[mine], best=best, best_row=at[best], ratio=ratio, eager_ratio=eager,
-                        verdict=verdict, noisy=noisy))
+                        verdict=verdict, noisy=spread))
     return out
 
 
@@ -1080,7 +1067,7 @@ def eager_spread_by_host(rows: list[dict], short_gpu_us: float = SHORT_GPU_US, e
     out = []
     for lo, hi in zip(edges, edges[1:]):
         cs = [r for r in cells if lo <= r["host_us"] < hi]
-        bad = [r for r in cs if r["spread"] > SPREAD_LIMIT]
+        bad = [r for r in cs if noisy(r["spread"])]
         out.append(dict(lo=lo, hi=hi, cells=len(cs), spread=len(bad), providers=sorted({r["provider"] for r in bad})))
     return out
 

@@ -22,6 +22,7 @@ import triton
 from . import gpu_data, plots
 from .device import occupancy
 from .exercises import Wrong, call_attempt, check, fmt, guarded, guards_intact, is_untouched, run_learner_kernel
+from .gpu_data import SPREAD_LIMIT, noisy, noisy_timings
 from .gpu_data import device_props  # noqa: F401  (the notebook calls lesson06.device_props)
 from .kernels import (softmax_online, softmax_split, softmax_split_coop, softmax_split_coop_kernel,
                       softmax_split_stats_kernel, split_plan)
@@ -42,8 +43,6 @@ MIB = 2**20
 #: The course's goal for these shapes: this fraction of a plain copy's bandwidth.
 TARGET_FRAC = 0.85
 
-#: A cell whose spread over rounds is larger than this carries no conclusion (issue #16).
-SPREAD_LIMIT = 0.10
 
 #: Providers this lesson compares, in table and plot order (any that a recording lacks are skipped).
 PROVIDERS = ("torch_softmax", "torch_compile", "online", "split", "split_coop", "softmax")
@@ -719,8 +718,8 @@ def print_l2_model_vs_measured(rows: list[dict], l2_bytes: int | None = None) ->
     if gaps:
         print("the cooperative kernel minus the two launches, GPU time: "
               + ", ".join(f"{g:+.2f} at {p['x_bytes'] / MIB:.0f} MiB" for p, g in gaps))
-    noisy = l2_noisy_cells(pts)
-    print("spread over rounds above 10%: " + (", ".join(noisy) + " (no conclusion rests on it)" if noisy else "none"))
+    noisy_cells = l2_noisy_cells(pts)
+    print("spread over rounds above 10%: " + (", ".join(noisy_cells) + " (no conclusion rests on it)" if noisy_cells else "none"))
 
 
 def l2_noisy_cells(pts: list[dict]) -> list[str]:
@@ -731,7 +730,7 @@ def l2_noisy_cells(pts: list[dict]) -> list[str]:
         for dz in L2_DESIGNS:
             for key, name in (("graph_spread", "GPU time"), ("eager_spread", "eager")):
                 v = p[dz].get(key)
-                if isinstance(v, float) and math.isfinite(v) and v > SPREAD_LIMIT:
+                if noisy(v):
                     out.append(f"{label(dz)} at {p['x_bytes'] / MIB:.0f} MiB ({name} {v:.0%})")
     return out
 
@@ -890,21 +889,17 @@ def print_bench_table(rows: list[dict], dtype: str = "float32") -> None:
     provs = providers_in(rows)
     print(f"{dtype}: fraction of copy, GPU time (eager in brackets); * = held out (no configuration was tuned on it)")
     print(f"{'M x N':>14} " + " ".join(f"{SHORT.get(p, p):>14}" for p in provs))
-    noisy = []
+    noisy_cells = []
     for M, N in _shapes(rows, dtype):
         cells = []
         for p in provs:
             g, e = _frac(rows, dtype, M, N, p), _frac(rows, dtype, M, N, p, "frac_of_copy")
             cells.append(f"{_f(g)} ({_f(e)})" if g is not None or e is not None else "-")
-            r = _find(rows, p, M, N, dtype)
-            for key in ("graph_spread", "spread"):
-                v = r.get(key) if r is not None else None
-                if isinstance(v, float) and math.isfinite(v) and v > SPREAD_LIMIT:
-                    noisy.append(f"{SHORT.get(p, p)} at {shape_name(M, N)} ({'GPU time' if key == 'graph_spread' else 'eager'} "
-                                 f"{v:.0%})")
+            for what, v in noisy_timings(_find(rows, p, M, N, dtype)):
+                noisy_cells.append(f"{SHORT.get(p, p)} at {shape_name(M, N)} ({what} {v:.0%})")
         star = "*" if (M, N) == HELD_OUT else " "
         print(f"{shape_name(M, N) + star:>14} " + " ".join(f"{c:>14}" for c in cells))
-    print("spread over rounds above 10%: " + (", ".join(noisy) + " (no conclusion rests on these)" if noisy else "none"))
+    print("spread over rounds above 10%: " + (", ".join(noisy_cells) + " (no conclusion rests on these)" if noisy_cells else "none"))
     c = _find(rows, "copy", *HELD_OUT, dtype)
     if c is not None and _ok(c) and c["graph_ms"] > c["ms"]:
         print(f"(at {shape_name(*HELD_OUT)} the copy takes {c['graph_ms'] * 1e3:.0f} µs in a CUDA graph and "
@@ -969,23 +964,20 @@ def print_earlier_recording(l2_rows_: list[dict], bench_rows: list[dict], l2_met
     print(f"  config: the (slice, warps) the wrapper takes at that size from {source_name(tuning_meta)}")
     print(f"{'dtype':>9} {'M x N':>11} {'x MiB':>6} " + " ".join(f"{n:>12}" for n in names[:len(sources)])
           + f" {names[0] + ' - ' + names[len(sources) - 1]:>7} {'config':>11}")
-    noisy = []
+    noisy_cells = []
     for d, M, N in keys:
         cells = []
         for n, c in zip(names, cols):
             r = c.get((d, M, N))
             cells.append(f"{r['graph_frac']:.2f} ({r['frac_of_copy']:.2f})" if r else "-")
-            for key, what in (("graph_spread", "GPU time"), ("spread", "eager")):
-                v = r.get(key) if r else None
-                if isinstance(v, float) and math.isfinite(v) and v > SPREAD_LIMIT:
-                    noisy.append(f"{n} at {shape_name(M, N)} ({what} {v:.0%})")
+            noisy_cells += [f"{n} at {shape_name(M, N)} ({what} {v:.0%})" for what, v in noisy_timings(r)]
         first, last = cols[0].get((d, M, N)), cols[-1].get((d, M, N))
         diff = f"{round(first['graph_frac'] - last['graph_frac'], 2) + 0.0:+.2f}" if first and last else "-"
         cfg, _ = coop_choice(tuning_rows, d, M, N)
         print(f"{d:>9} {shape_name(M, N):>11} {M * N * DTYPE_BYTES[d] / MIB:>6.0f} "
               + " ".join(f"{c:>12}" for c in cells) + f" {diff:>7} "
               + f"{(f'{cfg.slice_cols} x {cfg.num_warps}' if cfg else '-'):>11}")
-    print("spread over rounds above 10%: " + (", ".join(noisy) if noisy else "none"))
+    print("spread over rounds above 10%: " + (", ".join(noisy_cells) if noisy_cells else "none"))
     for n, c in zip(names, cols):
         hits = [shape_name(M, N) for (d, M, N), r in sorted(c.items(), key=lambda t: t[0][1])
                 if r["graph_frac"] >= TARGET_FRAC]
@@ -1009,14 +1001,15 @@ def print_coop_counters(ncu_rows: list[dict], bench_rows: list[dict], props: dic
     print(f"{'':>20} {'':>13} {'':>5} {'occupancy':^48}")
     print(f"{'shape':>20} {'grid x warps':>13} {'regs':>5} {'per SM':>7} {'limit':>10} {'formula':>8} "
           f"{'ncu: theor.':>12} {'achieved':>9} {'DRAM % of peak':>15} {'kernel µs':>10} {'copy µs':>8}")
-    for r in coop_counter_rows(ncu_rows, bench_rows, p):
+    rows = coop_counter_rows(ncu_rows, bench_rows, p)
+    for r in rows:
         print(f"{r['dtype'] + ' ' + shape_name(r['M'], r['N']):>20} {r['grid']:>6} x {r['warps']:<4} {r['registers']:>5} "
               f"{r['per_sm']:>7} {r['limited_by']:>10} {r['formula']:>8.0%} {r['theoretical']:>11.0f}% "
               f"{r['achieved']:>8.0f}% {r['dram_pct']:>14.0f}% {r['kernel_us']:>10.0f} "
               f"{_f0(r['copy_us']):>8}")
     sms = p["sm_count"]
     tuning_rows = tuning_data()[0]
-    for r in coop_counter_rows(ncu_rows, bench_rows, p):
+    for r in rows:
         cfg, _ = coop_choice(tuning_rows, r["dtype"], r["M"], r["N"])
         if cfg is None or cfg.num_warps != r["warps"]:
             continue

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import math
 import re
-import statistics
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from helpers.gpu_data import provenance_line, read_csv  # noqa: E402
+from helpers.gpu_data import previous_bench, provenance_line, read_csv, sweep_agreement  # noqa: E402
 
 DATA = ROOT / "figures" / "data"
 GPUS = ("h100", "h200")
@@ -129,33 +128,23 @@ def targets() -> str:
 
 
 def agreement() -> str:
-    """Each GPU's sweep against its previous one (the newest under bench_runs/), cell by cell, over
+    """Each GPU's sweep against its previous one (``gpu_data.previous_bench``), cell by cell, over
     the providers whose code and configuration did not change between the two."""
     out = []
     for gpu in GPUS:
         b, mb = read_csv(DATA / f"bench_{gpu}.csv")
-        runs = [read_csv(f) for f in sorted((DATA / "bench_runs").glob(f"bench_{gpu}_*.csv"))]
-        runs = [(rows, meta) for rows, meta in runs if meta.get("date", "") < mb.get("date", "")]
-        if not runs:
+        try:
+            a, ma = previous_bench(gpu)
+        except FileNotFoundError:
             out.append(f"{gpu.upper()}: one sweep only.")
             continue
-        a, ma = max(runs, key=lambda rm: rm[1]["date"])
-        ka = {(r["dtype"], r["M"], r["N"], r["provider"]): r for r in a}
-        changed = {"softmax", "split_coop"}  # their tuned configurations change between sweeps
-        devs, outside = [], []
-        for r in b:
-            k = (r["dtype"], r["M"], r["N"], r["provider"])
-            if r["provider"] in changed or k not in ka or not _ok(r, "graph_ms") or not _ok(ka[k], "graph_ms"):
-                continue
-            d = r["graph_ms"] / ka[k]["graph_ms"] - 1
-            devs.append(abs(d))
-            if abs(d) > 0.05:
-                outside.append(f"{k[3]} {short_dtype(k[0])} {k[1]}×{k[2]} ({d:+.0%})")
+        r = sweep_agreement(b, a)  # `softmax` and `split_coop`: their tuned configurations change between sweeps
+        outside = [f"{k[3]} {short_dtype(k[0])} {k[1]}×{k[2]} ({d:+.0%})" for k, d in r["outside"]]
         out.append(f"{mb['gpu'].replace('NVIDIA ', '')}, sweeps at commits {ma['commit']} ({ma['date'][:10]}) and "
                    f"{mb['commit']} ({mb['date'][:10]}), GPU time of every cell of the providers whose code and "
                    f"configuration did not change between them (all but `softmax` and `split_coop`, whose tuned "
-                   f"configurations did): **{sum(x <= 0.05 for x in devs)} of {len(devs)} cells agree within 5%**, "
-                   f"median difference {statistics.median(devs):.1%}. Outside 5%: {', '.join(outside) or 'none'}.")
+                   f"configurations did): **{r['within']} of {r['cells']} cells agree within 5%**, "
+                   f"median difference {r['median']:.1%}. Outside 5%: {', '.join(outside) or 'none'}.")
     return "\n\n".join(out)
 
 

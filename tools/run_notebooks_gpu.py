@@ -45,10 +45,11 @@ for nb_path in paths:
         failed += 1
         status = f"FAILED: {type(e).__name__}: {str(e).strip().splitlines()[-1][:300] if str(e).strip() else ''}"
     nbformat.write(nb, out / nb_path.name)
-    print(f"{nb_path.name}: {status} in {time.time() - t0:.0f} s", flush=True)
+    seconds = time.time() - t0
+    print(f"{nb_path.name}: {status} in {seconds:.0f} s", flush=True)
     slow = _slowest(nb)
     print("   slowest cells:", ", ".join(f"#{i} {t:.1f} s" for t, i in slow), flush=True)
-    runs.append(dict(notebook=nb_path.name, status=status.replace(",", ";"), seconds=round(time.time() - t0, 1),
+    runs.append(dict(notebook=nb_path.name, status=status.replace(",", ";"), seconds=round(seconds, 1),
                      slowest_cell=slow[0][1] if slow else "", slowest_cell_s=round(slow[0][0], 1) if slow else ""))
 print(f"{len(paths) - failed} notebooks ran to the end, {failed} failed")
 import torch  # noqa: E402
