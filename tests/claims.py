@@ -1,0 +1,40 @@
+"""What the claim tests share: the prose of a lesson, to check that a number it quotes is the
+number its data give.
+
+A lesson derives each number its prose relies on in a visible cell; its claim test
+(``tests/test_claims_lessonNN.py``) derives the same number from ``figures/data/`` with the same
+pandas lines and checks that the markdown quotes it, so prose and data cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+
+
+def notebook(lesson: str) -> dict:
+    """The notebook whose file name starts with ``lesson`` ('03', '06_split', ...)."""
+    found = sorted(NOTEBOOKS.glob(f"{lesson}*.ipynb"))
+    assert len(found) == 1, f"expected one notebook for {lesson!r}, found {[p.name for p in found]}"
+    return json.loads(found[0].read_text())
+
+
+def prose(lesson: str) -> str:
+    """All markdown of a lesson, cells joined by blank lines."""
+    return "\n\n".join("".join(c["source"]) for c in notebook(lesson)["cells"] if c["cell_type"] == "markdown")
+
+
+def cell_with(lesson: str, phrase: str) -> str:
+    """The one markdown cell of a lesson that contains ``phrase``."""
+    cells = ["".join(c["source"]) for c in notebook(lesson)["cells"] if c["cell_type"] == "markdown"]
+    hits = [c for c in cells if phrase in c]
+    assert len(hits) == 1, f"{lesson}: expected one markdown cell containing {phrase!r}, found {len(hits)}"
+    return hits[0]
+
+
+def quotes(text: str, value: float | int | str, fmt: str = "{:.2f}") -> None:
+    """Assert that ``text`` quotes ``value`` as ``fmt`` renders it."""
+    shown = value if isinstance(value, str) else fmt.format(value)
+    assert shown in text, f"the prose should quote {shown} (from the data), but it does not:\n{text[:600]}"
