@@ -158,15 +158,33 @@ class OutOfBounds(Exception):
     """A learner kernel addressed memory outside the tensors it was given."""
 
 
-def guarded(shape, dtype=torch.float32, device=None, fill=float("nan"), guard: int = GUARD) -> torch.Tensor:
+def guarded(shape, dtype=torch.float32, device=None, fill=float("nan"), guard: int = GUARD,
+            row_stride: int | None = None) -> torch.Tensor:
     """A tensor of ``shape`` filled with ``fill``, inside an allocation with ``guard`` sentinel
-    elements before and after it (``guards_intact`` checks them)."""
+    elements before and after it (``guards_intact`` checks them).
+
+    With ``row_stride`` (2-D shapes only, at least the row length) the rows are ``row_stride``
+    elements apart and the padding after every row, the last one included, holds NaN: a kernel that
+    reads past a row's end reads NaN, which reaches its output, and one that writes there is seen.
+    """
     from .mode import DEVICE
 
+    shape = tuple(int(s) for s in shape)
     n = int(np.prod(shape)) if len(shape) else 1
-    base = torch.empty(n + 2 * guard, dtype=dtype, device=device or DEVICE)
+    if row_stride is None:
+        base = torch.empty(n + 2 * guard, dtype=dtype, device=device or DEVICE)
+        base.fill_(_sentinel(dtype))
+        t = base[guard:guard + n].view(shape)
+        t.fill_(fill)
+        return t
+    if len(shape) != 2 or row_stride < shape[1]:
+        raise ValueError(f"guarded: row_stride needs a 2-D shape and row_stride >= the row length, got shape {shape}, "
+                         f"row_stride {row_stride}")
+    span = shape[0] * row_stride
+    base = torch.empty(span + 2 * guard, dtype=dtype, device=device or DEVICE)
     base.fill_(_sentinel(dtype))
-    t = base[guard:guard + n].view(shape)
+    base[guard:guard + span].fill_(_pad(dtype))
+    t = torch.as_strided(base, shape, (row_stride, 1), guard)
     t.fill_(fill)
     return t
 
@@ -175,11 +193,30 @@ def _sentinel(dtype) -> float:
     return -1234.5 if dtype.is_floating_point else -12345
 
 
+def _pad(dtype) -> float:
+    return float("nan") if dtype.is_floating_point else -23456
+
+
+def _span(t: torch.Tensor) -> int:
+    """Elements from a guarded tensor's first element to the end of its padding."""
+    if t.dim() == 2 and t.stride(1) == 1 and t.stride(0) > t.shape[1]:
+        return t.shape[0] * t.stride(0)
+    return t.numel()
+
+
 def guards_intact(t: torch.Tensor, guard: int = GUARD) -> bool:
-    """True if nothing was written into the guard regions around a ``guarded`` tensor."""
-    base = torch.as_strided(t, (t.numel() + 2 * guard,), (1,), t.storage_offset() - guard)
+    """True if nothing was written into the guard regions around a ``guarded`` tensor, nor into the
+    padding between its rows (when it was made with a ``row_stride``)."""
+    span = _span(t)
+    base = torch.as_strided(t, (span + 2 * guard,), (1,), t.storage_offset() - guard)
     s = _sentinel(t.dtype)
-    return bool((base[:guard] == s).all() and (base[guard + t.numel():] == s).all())
+    if not bool((base[:guard] == s).all() and (base[guard + span:] == s).all()):
+        return False
+    if span != t.numel():
+        rows = base[guard:guard + span].view(t.shape[0], t.stride(0))[:, t.shape[1]:]
+        pad_ok = torch.isnan(rows).all() if t.dtype.is_floating_point else (rows == _pad(t.dtype)).all()
+        return bool(pad_ok)
+    return True
 
 
 @contextlib.contextmanager
