@@ -240,6 +240,19 @@ for (const ed of EDITIONS) {
             assert.equal(tagged.length, 0, `${rel}: the learner's notebook has instructor cells`);
           }
 
+          // recorded data are shown as tables (pandas' Styler HTML), rendered with cells
+          const styled = nb.cells.reduce((n, c) => n + (c.outputs || []).filter((o) =>
+            String((o.data || {})["text/html"] || "").includes('class="course-table"')).length, 0);
+          const tables = await page.$$eval("table.course-table", (ts) => ts.map((t) => ({
+            cells: t.querySelectorAll("tbody td").length,
+            visible: t.getBoundingClientRect().width > 0 && getComputedStyle(t).display !== "none",
+          })));
+          assert.equal(tables.length, styled, `${rel}: ${styled} data tables in the notebook, ${tables.length} on the page`);
+          for (const [k, t] of tables.entries()) {
+            assert.ok(t.cells > 0 && t.visible, `${rel}: data table ${k + 1} is empty or hidden`);
+          }
+          if (/^0[3-8]_/.test(file)) assert.ok(tables.length > 0, `${rel}: a lesson with recorded data shows no data table`);
+
           // code is highlighted
           assert.ok((await page.$$(".highlight pre span")).length > 0 || (await page.$$(".highlight")).length === 0,
                     `${rel}: code not highlighted`);
