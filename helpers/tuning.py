@@ -15,6 +15,11 @@ ship one GPU's table for every GPU. Instead, each configuration is **tuned once 
    recorded tables show (each thread moves about 64 bytes; at least one warp a program) is used.
 
 ``SOFTMAX_COURSE_TUNING=autotune`` ignores the recorded tables (to measure the first-call cost).
+
+This module is a data layer below the kernels: it imports no kernel. What must run a kernel (the
+first-call tuning, the tuner's sweep) takes the kernel's wrapper as an argument: the kernel modules
+pass their own (``tiled_config(..., tune=softmax_tiled)``, ``coop_config(..., tune=softmax_split_coop)``)
+and ``python -m helpers.bench tune`` passes both to ``sweep``.
 """
 
 from __future__ import annotations
@@ -192,43 +197,71 @@ def _save(gpu_name: str) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def tiled_config(n_cols: int, dtype: torch.dtype) -> TiledConfig:
-    """The tiled kernel's configuration for rows of ``n_cols`` columns of ``dtype`` on this GPU."""
+def _gpu_name() -> str:
+    from .device import gpu_props
+
+    return gpu_props()["name"]
+
+
+def tiled_config(n_cols: int, dtype: torch.dtype, tune=None) -> TiledConfig:
+    """The tiled kernel's configuration for rows of ``n_cols`` columns of ``dtype`` on this GPU.
+    ``tune``: the tiled wrapper (``softmax_tiled(x, block_m, num_warps, num_stages, programs_per_sm)``),
+    with which a class neither recorded nor cached is tuned on first use; without it, the rule."""
     block_n = triton.next_power_of_2(max(n_cols, 1))
     es = dtype.itemsize
     if not ON_GPU or _mode() == "rule" or dtype == torch.float64:
         return tiled_rule(block_n, es)
-    from .device import gpu_props
-
-    name = gpu_props()["name"]
+    name = _gpu_name()
     t = tables(name)["tiled"]
     if (es, block_n) not in t:
-        t[(es, block_n)] = autotune_tiled(block_n, dtype)[0]
+        if tune is None:
+            return tiled_rule(block_n, es)
+        t[(es, block_n)] = autotune_tiled(block_n, dtype, tune)[0]
         _save(name)
     return t[(es, block_n)]
 
 
-def coop_config(n_rows: int, n_cols: int, dtype: torch.dtype) -> CoopConfig:
+def _dtype_name(dtype: torch.dtype) -> str:
+    d = str(dtype).replace("torch.", "")
+    return "bfloat16" if d == "float16" else d  # 16-bit inputs share a configuration
+
+
+def nearest_coop(coop: dict, dtype_name: str, n_rows: int, n_cols: int):
+    """The key of ``coop`` ({(dtype, M, N): config}) of this dtype nearest to (n_rows, n_cols) on a
+    log scale, or None if the dtype has none."""
+    keys = [k for k in coop if k[0] == dtype_name]
+    if not keys:
+        return None
+    return min(keys, key=lambda k: abs(math.log2(k[1]) - math.log2(max(n_rows, 1)))
+               + abs(math.log2(k[2]) - math.log2(max(n_cols, 1))))
+
+
+def coop_config(n_rows: int, n_cols: int, dtype: torch.dtype, tune=None) -> CoopConfig:
     """(columns per slice, warps) of the cooperative split kernel: the tuned long-row shape of this
-    dtype nearest to (n_rows, n_cols) on a log scale."""
+    dtype nearest to (n_rows, n_cols) on a log scale. ``tune``: the cooperative wrapper
+    (``softmax_split_coop(x, slice_cols, num_warps)``), with which a dtype neither recorded nor
+    cached is tuned on first use; without it, the rule."""
     if not ON_GPU or _mode() == "rule":
         return coop_rule(n_rows)
-    from .device import gpu_props
-
-    name = gpu_props()["name"]
-    d = str(dtype).replace("torch.", "")
-    d = "bfloat16" if d == "float16" else d  # 16-bit inputs share a configuration
+    name = _gpu_name()
+    d = _dtype_name(dtype)
     t = tables(name)["coop"]
-    if not any(k[0] == d for k in t):
+    if nearest_coop(t, d, n_rows, n_cols) is None:
+        if tune is None:
+            return coop_rule(n_rows)
         for M, N in LONG_SHAPES:
-            t[(d, M, N)] = autotune_coop(M, N, dtype)[0]
+            t[(d, M, N)] = autotune_coop(M, N, dtype, tune)[0]
         _save(name)
-    dist = lambda k: abs(math.log2(k[1]) - math.log2(max(n_rows, 1))) + abs(math.log2(k[2]) - math.log2(max(n_cols, 1)))
-    return t[min((k for k in t if k[0] == d), key=dist)]
+    return t[nearest_coop(t, d, n_rows, n_cols)]
 
 
 def _gpu_ms(fn) -> float:
     return float(triton.testing.do_bench_cudagraph(fn, rep=20, return_mode="median"))
+
+
+def _sync(x: torch.Tensor) -> None:
+    if x.is_cuda:
+        torch.cuda.synchronize()
 
 
 def _reference(x: torch.Tensor) -> torch.Tensor:
@@ -237,9 +270,9 @@ def _reference(x: torch.Tensor) -> torch.Tensor:
     kernels passed alone: a reference gone wrong explains that, a kernel does not. So it is checked,
     and computed again if it fails.)"""
     for _ in range(3):
-        torch.cuda.synchronize()
+        _sync(x)
         ref = torch.softmax(x.double(), -1)
-        torch.cuda.synchronize()
+        _sync(x)
         if bool(torch.isfinite(ref).all()) and float((ref.sum(-1) - 1).abs().max()) < 1e-9:
             return ref
     raise RuntimeError("the float64 reference softmax does not sum to 1: not tuning on it")
@@ -266,7 +299,8 @@ def _time_candidates(x: torch.Tensor, candidates: list) -> tuple[object, list[di
             row.update(status=f"failed: {type(e).__name__}: {str(e).splitlines()[0][:80]}".replace(",", ";"))
         rows.append(row)
     del y, ref
-    torch.cuda.empty_cache()
+    if x.is_cuda:
+        torch.cuda.empty_cache()
     return (best[1] if best else None), rows
 
 
@@ -278,12 +312,12 @@ def _row(kind: str, dtype: torch.dtype, M: int, N: int, **config) -> dict:
     return row
 
 
-def autotune_tiled(block_n: int, dtype: torch.dtype, M: int = TUNE_ROWS) -> tuple[TiledConfig, list[dict]]:
+def autotune_tiled(block_n: int, dtype: torch.dtype, softmax_tiled, M: int = TUNE_ROWS,
+                   device: str = "cuda") -> tuple[TiledConfig, list[dict]]:
     """Time every candidate for rows of ``block_n`` columns (GPU time, an M x block_n input checked
-    against float64 first) and return (the fastest, the rows of the sweep)."""
-    from .kernels.persistent import softmax_tiled
-
-    x = torch.randn(M, block_n, device="cuda", dtype=dtype)
+    against float64 first) with ``softmax_tiled(x, block_m, num_warps, num_stages, programs_per_sm)``
+    and return (the fastest, the rows of the sweep)."""
+    x = torch.randn(M, block_n, device=device, dtype=dtype)
     best, rows = _time_candidates(x, [
         (_row("tiled", dtype, M, block_n, block_m=bm, num_warps=w, num_stages=st, programs_per_sm=pps),
          lambda bm=bm, w=w, st=st, pps=pps: softmax_tiled(x, bm, w, st, pps), TiledConfig(bm, w, st, pps, "tuned"))
@@ -291,11 +325,11 @@ def autotune_tiled(block_n: int, dtype: torch.dtype, M: int = TUNE_ROWS) -> tupl
     return best or tiled_rule(block_n, dtype.itemsize), rows
 
 
-def autotune_coop(M: int, N: int, dtype: torch.dtype) -> tuple[CoopConfig, list[dict]]:
-    """Time every (slice, warps) candidate of the cooperative kernel at one long-row shape."""
-    from .kernels.split import softmax_split_coop
-
-    x = torch.randn(M, N, device="cuda", dtype=dtype)
+def autotune_coop(M: int, N: int, dtype: torch.dtype, softmax_split_coop,
+                  device: str = "cuda") -> tuple[CoopConfig, list[dict]]:
+    """Time every (slice, warps) candidate of the cooperative kernel at one long-row shape with
+    ``softmax_split_coop(x, slice_cols, num_warps)``."""
+    x = torch.randn(M, N, device=device, dtype=dtype)
     best, rows = _time_candidates(x, [
         (_row("coop", dtype, M, N, num_warps=w, slice_cols=sl), lambda sl=sl, w=w: softmax_split_coop(x, sl, w),
          CoopConfig(sl, w, "tuned"))
@@ -303,14 +337,17 @@ def autotune_coop(M: int, N: int, dtype: torch.dtype) -> tuple[CoopConfig, list[
     return best or coop_rule(M), rows
 
 
-def sweep(dtypes=(torch.float32, torch.bfloat16)) -> list[dict]:
-    """Every class, every candidate, on this GPU: the rows of ``figures/data/tuning_<gpu>.csv``."""
+def sweep(softmax_tiled, softmax_split_coop, dtypes=(torch.float32, torch.bfloat16),
+          device: str = "cuda") -> list[dict]:
+    """Every class, every candidate, on this GPU: the rows of ``figures/data/tuning_<gpu>.csv``.
+    The tuner's entry point (``python -m helpers.bench tune``) passes the two wrappers it tunes:
+    ``helpers.kernels.softmax_tiled`` and ``helpers.kernels.softmax_split_coop``."""
     rows = []
     for dtype in dtypes:
         for bn in TILED_BLOCKS:
-            rows += autotune_tiled(bn, dtype)[1]
+            rows += autotune_tiled(bn, dtype, softmax_tiled, device=device)[1]
         for M, N in LONG_SHAPES:
-            rows += autotune_coop(M, N, dtype)[1]
+            rows += autotune_coop(M, N, dtype, softmax_split_coop, device=device)[1]
     return rows
 
 

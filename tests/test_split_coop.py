@@ -49,3 +49,141 @@ def test_a_healthy_launch_never_times_out():
     out, counts = _launch(x, slice_cols=8192, rows_per_round=1, max_spin=helpers.kernels.MAX_SPIN)
     helpers.assert_matches_reference(out, x)
     assert int(counts[-1]) == 0
+
+
+# --------------------------------------------------------------------------------------------
+# The cooperative kernel's configuration: helpers.tuning, a data layer the kernels import
+# --------------------------------------------------------------------------------------------
+
+import ast  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from helpers import tuning  # noqa: E402
+
+HELPERS = Path(helpers.__file__).resolve().parent
+
+
+def _module_imports(path: Path) -> set[str]:
+    """Every helpers module a file imports, at module level or inside functions."""
+    pkg = "helpers" + "".join("." + p for p in path.relative_to(HELPERS).parent.parts)
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = pkg.rsplit(".", node.level - 1)[0] if node.level else ""
+            mod = ".".join(p for p in (base, node.module or "") if p)
+            out.add(mod)
+            out |= {f"{mod}.{a.name}" for a in node.names}
+    return {m for m in out if m.startswith("helpers.")}
+
+
+def _graph() -> dict[str, set[str]]:
+    mods = {("helpers." + ".".join(p.relative_to(HELPERS).with_suffix("").parts)).removesuffix(".__init__"): p
+            for p in HELPERS.rglob("*.py")}
+    return {m: {i for i in _module_imports(p) if i in mods and i != m} for m, p in mods.items()}
+
+
+def _reaches(graph, start, goal) -> bool:
+    seen, todo = set(), [start]
+    while todo:
+        m = todo.pop()
+        for n in graph.get(m, ()):
+            if n == goal:
+                return True
+            if n not in seen and n != "helpers":  # the package itself re-exports everything
+                seen.add(n)
+                todo.append(n)
+    return False
+
+
+def test_tuning_imports_no_kernel_and_no_circle_remains():
+    g = _graph()
+    assert not {m for m in g["helpers.tuning"] if m.startswith("helpers.kernels")}, g["helpers.tuning"]
+    assert "helpers.tuning" in g["helpers.kernels.split"]  # the kernel module reads the tuned table
+    for m in ("helpers.tuning", "helpers.kernels.split"):
+        assert not _reaches(g, m, m), f"{m} imports itself back"
+
+
+def _fake_timer(monkeypatch, cost):
+    """Replace the GPU timer: a candidate's time is ``cost[its configuration]``; the copy takes 1."""
+    last = []
+    monkeypatch.setattr(tuning, "_gpu_ms", lambda fn: (last.clear(), fn(), cost.get(tuple(last), 1.0))[2])
+    return last
+
+
+def test_autotune_coop_times_the_wrapper_it_is_given_and_never_picks_a_failure(monkeypatch):
+    cost = {(4096, 4): 2.0, (4096, 8): 1.5, (8192, 8): 0.5, (8192, 16): 1.25, (16384, 16): 3.0, (16384, 32): 4.0}
+    last = _fake_timer(monkeypatch, cost)
+
+    def coop(x, slice_cols, num_warps):
+        last[:] = [slice_cols, num_warps]
+        if (slice_cols, num_warps) == (8192, 8):
+            return torch.zeros_like(x)  # the fastest, but wrong: the tuner's float64 check rejects it
+        if (slice_cols, num_warps) == (16384, 32):
+            raise RuntimeError("too many blocks in cooperative launch")
+        return torch.softmax(x.double(), -1).to(x.dtype)
+
+    best, rows = tuning.autotune_coop(4, 512, torch.float32, coop, device="cpu")
+    assert (best.slice_cols, best.num_warps, best.source) == (8192, 16, "tuned")
+    by = {(r["slice_cols"], r["num_warps"]): r for r in rows}
+    assert len(rows) == len(tuning.coop_candidates())
+    assert by[(8192, 8)]["status"].startswith("failed: AssertionError: max abs error")
+    assert by[(16384, 32)]["status"].startswith("failed: RuntimeError: too many blocks")
+    assert by[(4096, 8)]["graph_frac"] == round(1.0 / 1.5, 4) and by[(4096, 8)]["status"] == "ok"
+    assert tuning.best_of(rows)[1] == {("float32", 4, 512): tuning.CoopConfig(8192, 16, "recorded")}
+
+
+def test_sweep_runs_both_wrappers_it_is_given(monkeypatch):
+    monkeypatch.setattr(tuning, "TILED_BLOCKS", (256,))
+    monkeypatch.setattr(tuning, "LONG_SHAPES", ((2, 1024),))
+    monkeypatch.setattr(tuning, "TUNE_ROWS", 8)
+    _fake_timer(monkeypatch, {})
+    calls = {"tiled": 0, "coop": 0}
+
+    def tiled(x, *config):
+        calls["tiled"] += 1
+        return torch.softmax(x, -1)
+
+    def coop(x, *config):
+        calls["coop"] += 1
+        return torch.softmax(x, -1)
+
+    rows = tuning.sweep(tiled, coop, dtypes=(torch.float32,), device="cpu")
+    assert {r["kind"] for r in rows} == {"tiled", "coop"}
+    assert calls["coop"] == 2 * len(tuning.coop_candidates())  # checked once, timed once each
+    assert calls["tiled"] == 2 * len(tuning.tiled_candidates(256, 4))
+    assert all(r["status"] == "ok" for r in rows)
+
+
+def test_coop_config_tunes_a_new_gpu_once_with_the_wrapper_it_is_given(monkeypatch, tmp_path):
+    monkeypatch.setenv("SOFTMAX_COURSE_CACHE", str(tmp_path))
+    monkeypatch.setattr(tuning, "ON_GPU", True)
+    monkeypatch.setattr(tuning, "_gpu_name", lambda: "Imaginary GPU 1")
+    monkeypatch.setattr(tuning, "_TABLES", {})
+    tuned = []
+
+    def fake_autotune(M, N, dtype, wrapper, device="cuda"):
+        tuned.append((M, N, wrapper))
+        return tuning.CoopConfig(16384 if M < 100 else 4096, 8, "tuned"), []
+
+    monkeypatch.setattr(tuning, "autotune_coop", fake_autotune)
+    assert tuning.coop_config(8, 1 << 20, torch.float32) == tuning.coop_rule(8)  # no wrapper: the rule
+    assert tuned == []
+    cfg = tuning.coop_config(8, 1 << 20, torch.float32, tune="the wrapper")
+    assert (cfg.slice_cols, cfg.num_warps) == (16384, 8)
+    assert [t[:2] for t in tuned] == list(tuning.LONG_SHAPES) and {t[2] for t in tuned} == {"the wrapper"}
+    assert tuning.coop_config(1024, 65536, torch.float32, tune="the wrapper").slice_cols == 4096
+    assert len(tuned) == len(tuning.LONG_SHAPES)  # tuned once, then looked up
+    monkeypatch.setattr(tuning, "_TABLES", {})  # a new process reads the disk cache
+    assert tuning.coop_config(8, 1 << 20, torch.float32).source == "tuned"
+
+
+def test_the_recorded_h100_table_gives_the_lessons_configuration():
+    from helpers.gpu_data import read_csv
+
+    rows, _ = read_csv(tuning.recorded_path("NVIDIA H100 80GB HBM3"))
+    coop = tuning.best_of(rows)[1]
+    assert coop[tuning.nearest_coop(coop, "float32", 1024, 65536)][:2] == (4096, 4)
+    assert coop[tuning.nearest_coop(coop, "float32", 8, 1 << 20)][:2] == (16384, 16)
+    assert tuning.nearest_coop(coop, "float64", 8, 1 << 20) is None

@@ -207,7 +207,8 @@ def coop_plan(rows, slice_cols=None, num_warps=None):
     if rows.dtype == torch.float64:
         return Plan(delegate=softmax_online)
     if slice_cols is None or num_warps is None:  # the configuration tuned for this GPU (the tuner gives both)
-        cfg = coop_config(rows.n_rows, rows.n_cols, rows.dtype)
+        # (on a GPU with no recorded table, the first call tunes it with this very wrapper)
+        cfg = coop_config(rows.n_rows, rows.n_cols, rows.dtype, tune=softmax_split_coop)
         slice_cols, num_warps = slice_cols or cfg.slice_cols, num_warps or cfg.num_warps
     slice_cols = min(slice_cols, triton.next_power_of_2(max(rows.n_cols, 1)))
     n_slices = triton.cdiv(rows.n_cols, slice_cols)
