@@ -13,6 +13,10 @@ The exercise templates in the notebooks start as ``raise NotImplementedError`` (
 
 from __future__ import annotations
 
+import _thread
+import math
+import threading
+import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -46,22 +50,68 @@ class Wrong(Exception):
     """Raised by a trial to say the learner's answer is wrong, with the reason."""
 
 
+def _round(v, digits):
+    if isinstance(v, list):
+        return [_round(u, digits) for u in v]
+    if isinstance(v, float):
+        return round(v, digits)
+    return v
+
+
+def _values(t: torch.Tensor) -> list:
+    t = t.detach().cpu()
+    return t.to(torch.float64).tolist() if t.is_floating_point() else t.tolist()
+
+
 def fmt(t, digits: int = 4) -> str:
-    """A short, device-free rendering of a tensor/number for a verdict line."""
+    """A short, device-free rendering of a tensor/number for a verdict line. A tensor of more than 8
+    elements shows its shape and its first three and last values (``fmt_pair`` renders two values
+    so that they differ wherever the values do)."""
     if isinstance(t, torch.Tensor):
-        t = t.detach().cpu()
         if t.numel() > 8:
-            return f"tensor of shape {tuple(t.shape)}"
-        t = t.to(torch.float64).tolist() if t.is_floating_point() else t.tolist()
+            flat = _round(_values(t.reshape(-1)), digits)
+            return f"tensor of shape {tuple(t.shape)}: [{', '.join(map(str, flat[:3]))}, ..., {flat[-1]}]"
+        t = _values(t)
+    return str(_round(t, digits))
 
-    def r(v):
-        if isinstance(v, list):
-            return [r(u) for u in v]
-        if isinstance(v, float):
-            return round(v, digits)
-        return v
 
-    return str(r(t))
+def _index(flat_i: int, shape) -> tuple:
+    idx = []
+    for n in reversed(tuple(shape)):
+        idx.append(flat_i % n)
+        flat_i //= n
+    return tuple(reversed(idx))
+
+
+def fmt_pair(expected, got, digits: int = 4) -> tuple[str, str]:
+    """Renderings of ``expected`` and ``got`` that differ wherever their values do: small values get
+    more digits until they differ; tensors of more than 8 elements (same shape) are shown at their
+    first differing element, with its index."""
+    if (isinstance(expected, torch.Tensor) and isinstance(got, torch.Tensor) and expected.shape == got.shape
+            and expected.numel() > 8):
+        e = expected.detach().cpu().reshape(-1).to(torch.float64)
+        g = got.detach().cpu().reshape(-1).to(torch.float64)
+        same = (e == g) | (torch.isnan(e) & torch.isnan(g))
+        if bool(same.all()):
+            return fmt(expected, digits), fmt(got, digits)
+        i = int(torch.nonzero(~same)[0])
+        idx = list(_index(i, expected.shape))
+        ev, gv = _pair_numbers(float(e[i]), float(g[i]), digits)
+        return f"{ev} at index {idx}", f"{gv}"
+    a, b = fmt(expected, digits), fmt(got, digits)
+    for d in range(digits + 1, 18):
+        if a != b:
+            break
+        a, b = fmt(expected, d), fmt(got, d)
+    return a, b
+
+
+def _pair_numbers(a: float, b: float, digits: int) -> tuple[str, str]:
+    for d in range(digits, 18):
+        x, y = str(round(a, d)), str(round(b, d))
+        if x != y:
+            return x, y
+    return repr(a), repr(b)
 
 
 def _unattempted(answer) -> bool:
@@ -95,7 +145,12 @@ def check(exercise: str, title: str, attempt, trial: Callable[[object], str | No
 
 
 def expect_close(got, expected: torch.Tensor, *, inputs=None, atol: float = 1e-5, rtol: float = 1e-4, what: str = "") -> float:
-    """Raise ``Wrong`` unless ``got`` is a tensor close to ``expected``; return the max abs error."""
+    """Raise ``Wrong`` unless ``got`` is a tensor close to ``expected``; return the max abs error.
+
+    The message never shows the same text for "expected" and "got": up to 8 elements both are shown
+    whole (with more digits where needed); larger tensors are named by their first wrong element
+    (index, expected and got values) and the max abs error; a NaN where a number was expected (or the
+    reverse) is named by its index."""
     if _unattempted(got):
         raise NotImplementedError
     if not isinstance(got, torch.Tensor):
@@ -104,26 +159,113 @@ def expect_close(got, expected: torch.Tensor, *, inputs=None, atol: float = 1e-5
         raise Wrong(f"expected shape {tuple(expected.shape)}{what}, got {tuple(got.shape)}")
     g = got.detach().cpu().to(torch.float64)
     e = expected.detach().cpu().to(torch.float64)
+    where = "on input " + fmt(inputs) + " " if inputs is not None else ""
     nan_g, nan_e = torch.isnan(g), torch.isnan(e)
     if not torch.equal(nan_g, nan_e):
-        where = "on input " + fmt(inputs) + " " if inputs is not None else ""
-        raise Wrong(f"{where}expected {fmt(expected)}, got {fmt(got)} (NaN in different places)")
+        if e.numel() <= 8:
+            a, b = fmt_pair(expected, got)
+            raise Wrong(f"{where}expected {a}{what}, got {b} (NaN in different places)")
+        bad = (nan_g != nan_e).reshape(-1)
+        i = int(torch.nonzero(bad)[0])
+        idx, n = list(_index(i, e.shape)), int(bad.sum())
+        more = f" ({n - 1} more element(s) like it)" if n > 1 else ""
+        ev, gv = e.reshape(-1)[i].item(), g.reshape(-1)[i].item()
+        if math.isnan(gv):
+            raise Wrong(f"{where}got NaN{what} at index {idx}, where {_round(ev, 4)} was expected{more}")
+        raise Wrong(f"{where}expected NaN{what} at index {idx}, got {_round(gv, 4)}{more}")
     ok = ~nan_e
     if not ok.any():
         return 0.0
-    diff = (g[ok] - e[ok]).abs()
-    if not torch.isfinite(diff).all() or (diff > atol + rtol * e[ok].abs()).any():
-        where = "on input " + fmt(inputs) + " " if inputs is not None else ""
-        raise Wrong(f"{where}expected {fmt(expected)}, got {fmt(got)}")
-    return float(diff.max())
+    close = (g == e) | ((g - e).abs() <= atol + rtol * e.abs())
+    bad = ok & ~close
+    diff = torch.where(ok & (g != e), (g - e).abs(), torch.zeros_like(e))
+    err = float(diff.max())
+    if bool(bad.any()):
+        if e.numel() <= 8:
+            a, b = fmt_pair(expected, got)
+            raise Wrong(f"{where}expected {a}{what}, got {b}")
+        i = int(torch.nonzero(bad.reshape(-1))[0])
+        ev, gv = _pair_numbers(e.reshape(-1)[i].item(), g.reshape(-1)[i].item(), 4)
+        raise Wrong(f"{where}at index {list(_index(i, e.shape))} expected {ev}{what}, got {gv} "
+                    f"(max abs error {err:.2g}, {int(bad.sum())} of {e.numel()} elements wrong)")
+    return err
 
 
-def call_attempt(fn, *args):
+#: Seconds a learner's Python function may run in ``call_attempt`` before it is stopped.
+FUNCTION_TIMEOUT = 60.0
+
+
+class _Watchdog:
+    """Interrupts the main thread (``_thread.interrupt_main``) once ``limit`` seconds have passed,
+    then every second until the call returns; ``fired`` tells its interrupt from the user's own."""
+
+    def __init__(self, limit: float):
+        self.limit, self.fired, self.done, self.fires = limit, False, False, 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        if self._stop.wait(self.limit):
+            return
+        while True:
+            with self._lock:
+                if self.done:
+                    return
+                self.fired = True
+                self.fires += 1
+                _thread.interrupt_main()
+            if self._stop.wait(1.0):
+                return
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, exc_type, *exc):
+        with self._lock:
+            self.done = True
+            fires = self.fires
+        self._stop.set()
+        if fires > (1 if exc_type is KeyboardInterrupt else 0):
+            # an interrupt may still be pending: let it arrive here, not in the caller
+            try:
+                for _ in range(50):
+                    time.sleep(0.01)
+            except KeyboardInterrupt:
+                pass
+        return False
+
+
+def _did_not_finish(limit: float, what: str) -> Wrong:
+    return Wrong(f"{what} did not finish within {limit:g} s: does every loop end (a `while` whose condition "
+                 f"never changes, an index that never advances)?")
+
+
+def call_attempt(fn, *args, timeout: float | None = None):
     """Call the learner's function for a trial: ``...`` back means untouched (not yet), ``None``
-    back means a missing ``return`` (wrong), and something that is not a function is wrong."""
+    back means a missing ``return`` (wrong), and something that is not a function is wrong.
+
+    A call that does not return within ``timeout`` seconds (default ``FUNCTION_TIMEOUT``) is stopped:
+    ``Wrong("your function did not finish within N s ...")``. The limit needs the main thread (it
+    interrupts it, as Ctrl-C would: Python loops stop, a single long C call finishes first); elsewhere
+    the call is not limited. The user's own interrupt still interrupts."""
     if not callable(fn):
         raise Wrong(f"expected a function, got {type(fn).__name__}")
-    got = fn(*args)
+    limit = FUNCTION_TIMEOUT if timeout is None else timeout
+    if limit and threading.current_thread() is threading.main_thread():
+        dog = _Watchdog(limit)
+        try:
+            with dog:
+                got = fn(*args)
+        except KeyboardInterrupt:
+            if dog.fired:
+                raise _did_not_finish(limit, "your function") from None
+            raise
+        if dog.fired:
+            raise _did_not_finish(limit, "your function")
+    else:
+        got = fn(*args)
     if got is Ellipsis:
         raise NotImplementedError
     if got is None:
@@ -135,27 +277,29 @@ def call_attempt(fn, *args):
 # Running a learner's kernel safely
 # --------------------------------------------------------------------------------------------
 #
-# A kernel that forgets a mask reads or writes past its tensors. On the CPU, Triton's interpreter
-# would touch that memory for real: a few elements past the end corrupt a neighbour, far past it
-# the Python process dies with the learner's whole notebook. So the checkers launch learner kernels
-# with ``run_learner_kernel``:
-# - every buffer sits inside a larger allocation filled with a sentinel (guard regions), so a write
-#   just past the end lands in the guard and is seen;
-# - under the interpreter, every load and store is first checked against the memory of the tensors
-#   the kernel was given: an address outside them stops the kernel with ``OutOfBounds`` before it
-#   touches anything.
-# On a GPU the kernel is compiled, so only the guard regions apply: a write far outside any buffer
-# can still end the process there (restart the kernel; the notebook's text is kept).
-
-import contextlib  # noqa: E402
+# A kernel that forgets a mask or uses a wrong stride reads or writes outside its tensors; one whose
+# loop never ends never returns. In the notebook's own process the first can kill the process (a
+# segfault under the interpreter), poison its CUDA context (on a GPU: every later CUDA call fails)
+# or silently corrupt memory, the second hangs the notebook. So ``run_learner_kernel`` runs the
+# kernel in a child worker process (``helpers.sandbox``): a crash, a CUDA error or a time-out costs
+# the worker, not the notebook, and is reported as "wrong" with a hint.
+# The checkers see out-of-bounds accesses by their effect:
+# - every buffer a checker makes with ``guarded`` sits inside a larger allocation filled with a
+#   sentinel (guard regions), and with ``row_stride`` its rows are separated by NaN padding: a write
+#   just outside lands in a guard or the padding (``guards_intact``), a read past a row's end reads
+#   NaN, which reaches the output;
+# - in the worker every storage sits between two slack regions of 0xFF bytes (NaN in every float
+#   type): a write there is reported, a read there reads NaN;
+# - an access farther away crashes the worker (interpreter) or makes the GPU fault.
 
 import numpy as np  # noqa: E402
 
 GUARD = 1024  # elements of guard region on each side of a buffer
 
-
-class OutOfBounds(Exception):
-    """A learner kernel addressed memory outside the tensors it was given."""
+#: Seconds a learner's kernel may run (compilation included); ``run_learner_kernel(..., timeout=)``
+#: overrides it for one call. None: ``helpers.sandbox.KERNEL_TIMEOUT`` (60 s on the CPU's
+#: interpreter, 30 s on a GPU).
+KERNEL_TIMEOUT: float | None = None
 
 
 def guarded(shape, dtype=torch.float32, device=None, fill=float("nan"), guard: int = GUARD,
@@ -219,93 +363,39 @@ def guards_intact(t: torch.Tensor, guard: int = GUARD) -> bool:
     return True
 
 
-@contextlib.contextmanager
-def bounds_checked(*tensors):
-    """Inside this block, interpreted kernels may only load from and store to the memory of
-    ``tensors`` (their whole allocations, guard regions included): anything else raises
-    ``OutOfBounds`` before the access happens. Does nothing on a GPU (kernels are compiled there)."""
-    from .mode import INTERPRETER
+OUT_OF_BOUNDS_HINT = "check the masks and the strides"
 
-    if not INTERPRETER:
-        yield
-        return
-    from triton.runtime import interpreter as itp
 
-    spans = []
-    for t in tensors:
-        st = t.untyped_storage()
-        spans.append((st.data_ptr(), st.data_ptr() + st.nbytes()))
+def run_learner_kernel(kernel, grid, *args, outputs=(), timeout: float | None = None, **kwargs) -> None:
+    """Launch a learner's kernel for a checker: ``kernel[grid](*args, **kwargs)`` in the child worker
+    process (``helpers.sandbox``), every tensor argument's memory copied there and back, then the
+    guard regions of ``outputs`` (tensors made by ``guarded``) checked. Pass every tensor the kernel
+    touches as an argument.
 
-    def check(ptrs, mask, what):
-        addr = np.asarray(ptrs.data, dtype=np.uint64)
-        live = np.ones(addr.shape, dtype=bool) if mask is None else np.asarray(mask.data, dtype=bool)
-        live = np.broadcast_to(live, addr.shape)
-        if not live.any():
-            return
-        a = addr[live]
-        size = max(1, ptrs.get_element_ty().primitive_bitwidth // 8)
-        ok = np.zeros(a.shape, dtype=bool)
-        for lo, hi in spans:
-            ok |= (a >= lo) & (a + size <= hi)
-        if not ok.all():
-            raise OutOfBounds(f"{what} {int((~ok).sum())} element(s) outside the tensors the kernel was given")
+    Raises ``Wrong`` with a hint for an out-of-bounds write, a crash of the worker (an access far
+    outside the tensors), a GPU fault, or a kernel that does not finish within ``timeout`` seconds
+    (default ``KERNEL_TIMEOUT``); ``NotImplementedError`` for an untouched template; any other error of
+    the learner's code is re-raised (with its type name and message) for ``check`` to report. The
+    notebook's process, and its CUDA context, never run the learner's kernel."""
+    from . import sandbox
 
-    B = itp.InterpreterBuilder
-    saved = {name: getattr(B, name) for name in ("create_masked_load", "create_masked_store", "create_atomic_rmw",
-                                                 "create_atomic_cas")}
-
-    def masked_load(self, ptrs, mask, other, cache_policy, is_volatile):
-        check(ptrs, mask, "a load reads")
-        return saved["create_masked_load"](self, ptrs, mask, other, cache_policy, is_volatile)
-
-    def masked_store(self, ptrs, value, mask, cache_policy):
-        check(ptrs, mask, "a store writes")
-        return saved["create_masked_store"](self, ptrs, value, mask, cache_policy)
-
-    def atomic_rmw(self, op, ptr, val, mask, sem, scope):
-        check(ptr, mask, "an atomic writes")
-        return saved["create_atomic_rmw"](self, op, ptr, val, mask, sem, scope)
-
-    def atomic_cas(self, ptr, cmp, val, sem, scope):
-        check(ptr, None, "an atomic writes")
-        return saved["create_atomic_cas"](self, ptr, cmp, val, sem, scope)
-
-    B.create_masked_load, B.create_masked_store = masked_load, masked_store
-    B.create_atomic_rmw, B.create_atomic_cas = atomic_rmw, atomic_cas
+    limit = timeout if timeout is not None else KERNEL_TIMEOUT
     try:
-        yield
-    finally:
-        for name, fn in saved.items():
-            setattr(B, name, fn)
-
-
-def _root_cause(e: BaseException) -> BaseException:
-    seen = 0
-    while seen < 8 and (e.__cause__ or e.__context__) is not None and not isinstance(e, OutOfBounds):
-        e = e.__cause__ or e.__context__
-        seen += 1
-    return e
-
-
-def run_learner_kernel(kernel, grid, *args, outputs=(), **kwargs) -> None:
-    """Launch a learner's kernel for a checker: ``kernel[grid](*args, **kwargs)`` with every tensor
-    argument bounds-checked (under the interpreter), then the guard regions of ``outputs`` (tensors
-    made by ``guarded``) checked. Raises ``Wrong`` with a hint for an out-of-bounds access, and
-    ``NotImplementedError`` for an untouched template; any other error of the learner's code is
-    re-raised for ``check`` to report."""
-    tensors = [a for a in list(args) + list(kwargs.values()) if isinstance(a, torch.Tensor)]
-    try:
-        with bounds_checked(*tensors):
-            kernel[grid](*args, **kwargs)
-    except Exception as e:
-        root = _root_cause(e)
-        if isinstance(root, OutOfBounds):
-            raise Wrong(f"your kernel went out of bounds: {root}. Does every tl.load and tl.store have "
-                        f"a mask for the lanes past the end of the row?") from None
-        if isinstance(root, NotImplementedError) or "NotImplementedError" in str(e):
-            raise NotImplementedError from e
-        raise
-    for i, t in enumerate(outputs):
+        sandbox.run(kernel, grid, args, kwargs, timeout=limit)
+    except sandbox.KernelTimeout as e:
+        raise _did_not_finish(e.limit, "your kernel") from None
+    except sandbox.KernelCrashed as e:
+        sig = f" ({e.signal_name})" if e.signal_name else ""
+        raise Wrong(f"your kernel crashed the process that ran it{sig}: most likely an access far outside its "
+                    f"tensors: {OUT_OF_BOUNDS_HINT}") from None
+    except sandbox.KernelCudaError as e:
+        msg = " ".join(str(e).split())[:120]
+        raise Wrong(f"your kernel made the GPU fault ({msg}): most likely an access outside its tensors: "
+                    f"{OUT_OF_BOUNDS_HINT}") from None
+    except sandbox.KernelWroteOutside:
+        raise Wrong(f"your kernel wrote outside the memory of the tensors it was given: {OUT_OF_BOUNDS_HINT}"
+                    ) from None
+    for t in outputs:
         if not guards_intact(t):
             raise Wrong("your kernel wrote past the end of its output (into memory just outside it): "
                         "does tl.store have mask=... for the padding lanes?")
@@ -324,11 +414,12 @@ def is_untouched(kernel) -> bool:
     return re.search(r"^\s*raise\s+NotImplementedError\b", src, re.MULTILINE) is not None
 
 
-def launch_learner_kernel(kernel, grid, *args, where: str, outputs=(), **kwargs) -> None:
+def launch_learner_kernel(kernel, grid, *args, where: str, outputs=(), timeout: float | None = None,
+                          **kwargs) -> None:
     """``run_learner_kernel``, for a checker: an untouched template is "not yet", and any other error of
     the learner's code becomes ``Wrong("<where> your kernel raised ...")``."""
     try:
-        run_learner_kernel(kernel, grid, *args, outputs=outputs, **kwargs)
+        run_learner_kernel(kernel, grid, *args, outputs=outputs, timeout=timeout, **kwargs)
     except (Wrong, NotImplementedError):
         raise
     except Exception as e:

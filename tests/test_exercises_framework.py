@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import time
+
+import helpers
 import pytest
 import torch
 from helpers import exercises as ex
-from helpers.exercises import CORRECT, NOT_YET, WRONG, Wrong, check, expect_close, fmt
+from helpers.exercises import CORRECT, NOT_YET, WRONG, Wrong, check, expect_close, fmt, fmt_pair
 
 
 def run(capsys, attempt, trial, **kw):
@@ -206,7 +210,7 @@ def test_expect_close_does_not_modify_its_arguments():
 def test_fmt():
     assert fmt(torch.tensor([[1.0, 2.0 / 3.0]])) == "[[1.0, 0.6667]]"
     assert fmt(torch.tensor([1, 2, 3])) == "[1, 2, 3]"
-    assert fmt(torch.zeros(3, 3)) == "tensor of shape (3, 3)"
+    assert fmt(torch.arange(9.0).view(3, 3)) == "tensor of shape (3, 3): [0.0, 1.0, 2.0, ..., 8.0]"
     assert fmt(2.0 / 3.0, digits=2) == "0.67"
     assert fmt(torch.tensor(0.123456)) == "0.1235"
     assert fmt(torch.tensor([1.0], dtype=torch.bfloat16)) == "[1.0]"
@@ -218,3 +222,277 @@ def test_verdict_line():
     v = ex.Verdict("2.3", "online max", WRONG, "off by one")
     assert v.line == "Exercise 2.3 (online max): wrong: off by one" and not v.ok
     assert ex.Verdict("2.3", "online max", CORRECT).line == "Exercise 2.3 (online max): correct"
+
+
+def test_fmt_pair_never_renders_two_different_values_alike():
+    assert fmt_pair(torch.tensor([1.0, 0.50001]), torch.tensor([1.0, 0.50002])) == (
+        "[1.0, 0.50001]", "[1.0, 0.50002]")
+    assert fmt_pair(1.00000001, 1.00000002) == ("1.00000001", "1.00000002")
+    e = torch.zeros(2, 3, 6, 8)
+    g = e.clone()
+    g[1, 2, 3, 4] = 1e-7
+    a, b = fmt_pair(e, g)
+    assert a == "0.0 at index [1, 2, 3, 4]" and b == "1e-07", (a, b)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_expect_close_never_says_the_same_for_expected_and_got(seed):
+    g = torch.Generator().manual_seed(seed)
+    shape = [(3,), (2, 3), (2, 3, 6, 8)][seed % 3]
+    e = torch.randn(shape, generator=g)
+    got = e.clone()
+    i = int(torch.randint(got.numel(), (1,), generator=g))
+    got.view(-1)[i] += [1e-3, 1e3, float("nan"), float("inf")][seed % 4]
+    with pytest.raises(Wrong) as info:
+        expect_close(got, e, atol=1e-6, rtol=0)
+    msg = str(info.value)
+    if "expected" in msg and ", got" in msg and "NaN" not in msg:
+        said_e = msg.split("expected ", 1)[1].split(", got ")[0]
+        said_g = msg.split(", got ", 1)[1].split(" (")[0]
+        assert said_e.split(" at index")[0] != said_g, msg
+
+
+def test_expect_close_names_the_first_wrong_element_of_a_big_tensor():
+    e = torch.zeros(2, 3, 6, 8)
+    got = e.clone()
+    got[1, 0, 2, 5] = 0.5
+    got[1, 1, 0, 0] = 2.0
+    with pytest.raises(Wrong) as info:
+        expect_close(got, e)
+    assert str(info.value) == ("at index [1, 0, 2, 5] expected 0.0, got 0.5 (max abs error 2, 2 of 288 elements "
+                               "wrong)")
+
+
+def test_expect_close_says_where_a_nan_is():
+    e = torch.ones(4, 5)
+    got = e.clone()
+    got[2, 3] = float("nan")
+    with pytest.raises(Wrong, match=r"^got NaN at index \[2, 3\], where 1.0 was expected$"):
+        expect_close(got, e)
+    e2 = e.clone()
+    e2[0, 1] = float("nan")
+    e2[3, 4] = float("nan")
+    with pytest.raises(Wrong, match=r"^expected NaN at index \[0, 1\], got 1.0 \(1 more element\(s\) like it\)$"):
+        expect_close(e, e2)
+
+
+# ------------------------------------------------------------------------------------------
+# call_attempt's time limit
+# ------------------------------------------------------------------------------------------
+
+
+def test_a_function_that_does_not_return_is_stopped(capsys):
+    def hangs(x):
+        while True:
+            x = x + 1
+
+    t0 = time.perf_counter()
+    v, out = run(capsys, hangs, lambda f: ex.call_attempt(f, 1, timeout=1.0))
+    assert time.perf_counter() - t0 < 5
+    assert v.status == WRONG and v.detail.startswith("your function did not finish within 1 s"), out
+    v, out = run(capsys, lambda x: torch.softmax(x, -1), softmax_trial)  # and the next check works
+    assert v.ok
+
+
+def test_the_users_own_interrupt_is_not_a_time_out():
+    def interrupted():
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        ex.call_attempt(interrupted, timeout=5.0)
+
+
+def test_a_function_that_returns_in_time_is_not_interrupted_later():
+    assert ex.call_attempt(lambda: 3, timeout=0.2) == 3
+    time.sleep(0.5)  # the watchdog is gone: nothing interrupts this sleep
+
+
+# ------------------------------------------------------------------------------------------
+# Learner kernels run in a child worker process (helpers.sandbox)
+# ------------------------------------------------------------------------------------------
+
+triton = pytest.importorskip("triton")
+import triton.language as tl  # noqa: E402
+
+from helpers import DEVICE, sandbox  # noqa: E402
+
+SCALE = tl.constexpr(2.0)
+
+# A kernel that loops forever gets this long (seconds): short on the CPU; on a GPU the first
+# launch also compiles the kernel.
+HANG_LIMIT = 3.0 if DEVICE.type == "cpu" else 20.0
+
+
+@triton.jit
+def _twice(v):
+    return v * SCALE
+
+
+@triton.jit
+def scale_kernel(out_ptr, in_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, _twice(tl.load(in_ptr + offs, mask=mask)), mask=mask)
+
+
+@triton.jit
+def unmasked_store_kernel(out_ptr, in_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(in_ptr + offs, mask=offs < n, other=0.0))
+
+
+@triton.jit
+def far_store_kernel(out_ptr, in_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs + (1 << 44), tl.load(in_ptr + offs, mask=mask), mask=mask)
+
+
+@triton.jit
+def row_sum_kernel(out_ptr, in_ptr, in_row_stride, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(in_ptr + row * in_row_stride + offs, mask=offs < BLOCK)  # the mask forgets n_cols
+    tl.store(out_ptr + row, tl.sum(x, axis=0))
+
+
+@triton.jit
+def endless_kernel(out_ptr, in_ptr, n, BLOCK: tl.constexpr):
+    i = 0
+    while i < n:
+        tl.store(out_ptr + i, 1.0)
+        i = i * 1
+
+
+@triton.jit
+def template_kernel(out_ptr, in_ptr, n, BLOCK: tl.constexpr):
+    raise NotImplementedError  # your code here
+
+
+@triton.jit
+def printing_kernel(out_ptr, in_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.device_print("lane", offs)
+    tl.store(out_ptr + offs, tl.load(in_ptr + offs, mask=mask), mask=mask)
+
+
+def _cuda_context_works():
+    """The test process's own device still computes (on a GPU: its CUDA context is alive)."""
+    y = torch.arange(4.0, device=DEVICE) * 2
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize()
+    assert y.sum().item() == 12.0
+
+
+def scale_trial(kernel, **kw):
+    x = ex.guarded((10,), fill=1.5)
+    out = ex.guarded((10,))
+    ex.launch_learner_kernel(kernel, (1,), out, x, 10, BLOCK=16, outputs=(out,), where="on 10 elements", **kw)
+    expect_close(out, torch.full((10,), 3.0, device=out.device))
+    return "ok"
+
+
+def test_the_worker_runs_a_right_kernel_and_copies_its_output_back(capsys):
+    v, out = run(capsys, scale_kernel, scale_trial)
+    assert v.line == "Exercise 1.1 (softmax by hand): correct: ok", out
+    w = sandbox.worker()
+    assert w.alive() and w.info["pid"] != os.getpid() and w.info["mode"] == helpers.MODE
+
+
+def test_callable_grid_shared_storage_and_dtype_arguments():
+    base = ex.guarded((20,), fill=1.0)
+    x, out = base[:10], base[10:]  # two tensors of one storage: sent once, both copied back
+    ex.run_learner_kernel(scale_kernel, lambda meta: (triton.cdiv(meta["n"], meta["BLOCK"]),), out, x, 10,
+                          BLOCK=16, outputs=())
+    assert out.tolist() == [2.0] * 10 and x.tolist() == [1.0] * 10
+    assert ex.guards_intact(base)
+
+
+def test_an_out_of_bounds_store_near_the_output_is_wrong(capsys):
+    v, out = run(capsys, unmasked_store_kernel, scale_trial)
+    assert v.status == WRONG and "wrote past the end of its output" in v.detail, out
+    _cuda_context_works()
+
+
+def test_an_out_of_bounds_store_far_outside_is_wrong_and_the_process_lives_on(capsys):
+    v, out = run(capsys, far_store_kernel, scale_trial)
+    assert v.status == WRONG and "check the masks and the strides" in v.detail, out
+    assert ("crashed the process that ran it" in v.detail) or ("made the GPU fault" in v.detail), out
+    _cuda_context_works()
+    v, out = run(capsys, scale_kernel, scale_trial)  # a new worker runs the next check
+    assert v.ok, out
+
+
+def test_a_read_past_the_end_of_a_row_reaches_the_output_as_nan(capsys):
+    def trial(kernel):
+        x = ex.guarded((3, 5), fill=1.0, row_stride=8)  # rows 8 apart, NaN in the 3 elements after each
+        out = ex.guarded((3,), fill=0.0)
+        ex.launch_learner_kernel(kernel, (3,), out, x, x.stride(0), 5, BLOCK=8, outputs=(out,), where="on 3 x 5")
+        expect_close(out, torch.full((3,), 5.0, device=out.device))
+
+    v, out = run(capsys, row_sum_kernel, trial)
+    assert v.status == WRONG and "got [nan, nan, nan]" in v.detail, out
+
+
+def test_a_kernel_that_never_finishes_is_stopped_and_the_next_check_works(capsys):
+    t0 = time.perf_counter()
+    v, out = run(capsys, endless_kernel, lambda k: scale_trial(k, timeout=HANG_LIMIT))
+    assert time.perf_counter() - t0 < HANG_LIMIT + 10
+    assert v.status == WRONG and f"your kernel did not finish within {HANG_LIMIT:g} s" in v.detail, out
+    _cuda_context_works()
+    v, out = run(capsys, scale_kernel, scale_trial)
+    assert v.ok, out
+
+
+def test_the_kernel_time_limit_has_a_module_default(monkeypatch):
+    assert sandbox.KERNEL_TIMEOUT == (60.0 if helpers.INTERPRETER else 30.0)
+    monkeypatch.setattr(ex, "KERNEL_TIMEOUT", HANG_LIMIT / 2)
+    with pytest.raises(Wrong, match="did not finish within"):
+        x, out = ex.guarded((4,), fill=1.0), ex.guarded((4,))
+        ex.run_learner_kernel(endless_kernel, (1,), out, x, 4, BLOCK=4)
+
+
+def test_an_untouched_kernel_template_is_not_yet(capsys):
+    v, out = run(capsys, template_kernel, scale_trial)
+    assert v.status == NOT_YET, out
+
+
+def test_a_learner_error_in_the_kernel_is_reported_with_its_type(capsys):
+    @triton.jit
+    def undefined_name_kernel(out_ptr, in_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        tl.store(out_ptr + offs, tl.load(in_ptr + offs, mask=offs < n) + no_such_name, mask=offs < n)  # noqa: F821
+
+    v, out = run(capsys, undefined_name_kernel, scale_trial)
+    assert v.status == WRONG and v.detail.startswith("on 10 elements your kernel raised ") and "no_such_name" in v.detail
+    with pytest.raises(Exception) as info:  # run_learner_kernel re-raises it (same type name and message)
+        x, o = ex.guarded((4,), fill=1.0), ex.guarded((4,))
+        ex.run_learner_kernel(undefined_name_kernel, (1,), o, x, 4, BLOCK=4)
+    assert not isinstance(info.value, (Wrong, NotImplementedError)) and "no_such_name" in str(info.value)
+
+
+def test_what_the_kernel_prints_reaches_the_notebook(capsys):
+    if not helpers.INTERPRETER:
+        pytest.skip("a compiled kernel's device_print goes to the worker's own stdout")
+    x, out = ex.guarded((4,), fill=1.0), ex.guarded((4,))
+    ex.run_learner_kernel(printing_kernel, (1,), out, x, 4, BLOCK=4)
+    assert "lane" in capsys.readouterr().out and out.tolist() == [1.0] * 4
+
+
+def test_a_library_kernel_is_imported_by_name_not_sent_as_source():
+    from helpers.kernels.fused import softmax_fused_kernel
+
+    spec = sandbox.kernel_spec(softmax_fused_kernel)
+    assert spec == ("import", "helpers.kernels.fused", "softmax_fused_kernel")
+    spec = sandbox.kernel_spec(scale_kernel)
+    assert spec[0] == "source" and spec[3]["_twice"][0] == "kernel" and "SCALE" in spec[3]["_twice"][1][3]
+
+
+def test_no_private_triton_internals():
+    import inspect as _inspect
+
+    for mod in (ex, sandbox):
+        src = _inspect.getsource(mod)
+        for private in ("InterpreterBuilder", "triton.runtime.interpreter", "create_masked_load", "bounds_checked"):
+            assert private not in src, f"{mod.__name__} uses {private}"

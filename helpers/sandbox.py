@@ -1,0 +1,594 @@
+"""Run a learner's Triton kernel in a child worker process, so that nothing it does can take the
+notebook down.
+
+A kernel that forgets a mask or uses a wrong stride reads or writes outside its tensors. Run in the
+notebook's own process, that access can kill the process (a segfault under Triton's interpreter on
+the CPU), poison its CUDA context for good (an illegal-address error on a GPU: every later CUDA call
+of the notebook fails), or never end (a loop whose condition never changes). In a child process the
+worst case is a dead or killed child: the parent reports "wrong" with a hint and starts a new one.
+
+The parent (``run``) sends the kernel as source text (with the values its code names, and the
+other ``@triton.jit`` functions it calls, recursively) and every tensor argument as the bytes of
+its whole underlying storage (so guard regions and row padding travel with it); the worker
+(``python -m helpers.sandbox``) rebuilds the tensors on the same device, each storage between two
+slack regions of 0xFF bytes (NaN in every float type: a read past a tensor's allocation reads NaN,
+a write there is seen), launches ``kernel[grid](*args, **kwargs)``, synchronizes and sends every
+storage back; the parent copies them into its tensors. No private Triton API is used.
+
+Frames on the pipes: 8-byte little-endian length, then a pickle. The worker moves its stdout to
+stderr first, so nothing the kernel prints can corrupt the protocol (what it prints during a launch
+is captured and printed by the parent).
+"""
+
+from __future__ import annotations
+
+import ast
+import atexit
+import builtins
+import hashlib
+import inspect
+import math
+import os
+import pickle
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+import types
+
+from .mode import INTERPRETER
+
+#: Seconds a learner's kernel may run (compilation included) before it is stopped.
+KERNEL_TIMEOUT = 60.0 if INTERPRETER else 30.0
+#: Seconds the worker may take to start (it imports torch, Triton and helpers).
+START_TIMEOUT = 180.0
+#: Bytes of 0xFF slack before and after every storage in the worker.
+SLACK = 1 << 20
+#: Library packages whose kernels the worker imports by name instead of receiving their source.
+_IMPORTABLE = ("helpers", "triton")
+
+
+class SandboxError(Exception):
+    """The worker could not run the kernel (not the learner's fault: e.g. it failed to start)."""
+
+
+class KernelCrashed(Exception):
+    """The worker process died while running the kernel (``signal_name``: e.g. SIGSEGV)."""
+
+    def __init__(self, returncode):
+        self.returncode = returncode
+        try:
+            self.signal_name = signal.Signals(-returncode).name if returncode and returncode < 0 else None
+        except ValueError:
+            self.signal_name = None
+        super().__init__(f"the worker died ({self.signal_name or f'exit status {returncode}'})")
+
+
+class KernelTimeout(Exception):
+    """The kernel did not finish within ``limit`` seconds; the worker was killed."""
+
+    def __init__(self, limit):
+        self.limit = limit
+        super().__init__(f"did not finish within {limit:g} s")
+
+
+class KernelCudaError(Exception):
+    """The kernel made the GPU fault (the worker's CUDA context is dead; the worker was restarted)."""
+
+
+class KernelWroteOutside(Exception):
+    """The kernel wrote into the slack around a tensor's storage (outside every tensor it was given)."""
+
+
+class LearnerKernelError(Exception):
+    """Stands for an exception of the learner's kernel that could not be sent back as itself: same
+    type name and message."""
+
+
+# --------------------------------------------------------------------------------------------
+# Frames
+# --------------------------------------------------------------------------------------------
+
+
+def _send(f, obj) -> None:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    f.write(struct.pack("<Q", len(data)))
+    f.write(data)
+    f.flush()
+
+
+def _read_exact(f, n: int) -> bytes:
+    chunks, left = [], n
+    while left:
+        b = f.read(left)
+        if not b:
+            raise EOFError("the pipe closed")
+        chunks.append(b)
+        left -= len(b)
+    return b"".join(chunks)
+
+
+def _recv(f):
+    (n,) = struct.unpack("<Q", _read_exact(f, 8))
+    return pickle.loads(_read_exact(f, n))
+
+
+# --------------------------------------------------------------------------------------------
+# Parent: describe a kernel and its arguments
+# --------------------------------------------------------------------------------------------
+
+
+def _python_fn(k):
+    fn, hops = k, 0
+    while hasattr(fn, "fn") and not inspect.isfunction(fn) and hops < 4:
+        fn, hops = fn.fn, hops + 1
+    return fn
+
+
+def is_jit_function(v) -> bool:
+    """A ``@triton.jit`` object (compiled or interpreted), recognized without Triton's private types."""
+    return (not isinstance(v, type) and type(v).__module__.split(".")[0] == "triton"
+            and inspect.isfunction(_python_fn(v)) and _python_fn(v) is not v)
+
+
+def _names_in(src: str) -> list[str]:
+    tree = ast.parse(src)
+    seen = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id not in seen:
+            seen.append(node.id)
+    return seen
+
+
+def _importable(k, fn) -> tuple[str, str] | None:
+    mod = getattr(fn, "__module__", None) or ""
+    if mod.split(".")[0] in _IMPORTABLE and getattr(sys.modules.get(mod), fn.__name__, None) is k:
+        return mod, fn.__name__
+    return None
+
+
+def kernel_spec(k, _depth: int = 0):
+    """What the worker needs to rebuild ``k``: ("import", module, name) for a library kernel, else
+    ("source", name, source, {global name: spec}) for a kernel written in a notebook or a test."""
+    fn = _python_fn(k)
+    where = _importable(k, fn)
+    if where:
+        return ("import",) + where
+    if _depth > 16:
+        raise SandboxError("kernels call each other more than 16 levels deep")
+    try:
+        src = textwrap.dedent(inspect.getsource(fn))
+    except (OSError, TypeError) as e:
+        raise SandboxError(f"cannot find the source of the kernel {fn.__name__!r} ({e}): define it in a "
+                           "notebook cell or a file") from None
+    closure = {}
+    if fn.__closure__:
+        closure = dict(zip(fn.__code__.co_freevars, (c.cell_contents for c in fn.__closure__)))
+    env = {}
+    for name in _names_in(src):
+        if name == fn.__name__:
+            continue
+        if name in closure:
+            value = closure[name]
+        elif name in fn.__globals__:
+            value = fn.__globals__[name]
+        else:
+            continue  # a builtin, a local or an argument
+        spec = _value_spec(value, _depth)
+        if spec is not None:
+            env[name] = spec
+    return ("source", fn.__name__, src, env)
+
+
+def _value_spec(value, depth):
+    if isinstance(value, types.ModuleType):
+        return ("module", value.__name__)
+    if is_jit_function(value):
+        return ("kernel", kernel_spec(value, depth + 1))
+    if inspect.isfunction(value) or inspect.isclass(value):
+        where = getattr(value, "__module__", "") or ""
+        if where.split(".")[0] in ("__main__",) or where.startswith("__"):
+            return None
+    try:
+        data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        return None
+    return ("value", data) if len(data) <= (1 << 20) else None
+
+
+def _storage_u8(t):
+    import torch
+
+    return torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())
+
+
+class _Packer:
+    """Replaces every tensor in the arguments by a reference to a storage, sent once each."""
+
+    def __init__(self):
+        self.keys, self.u8, self.data = {}, [], []
+
+    def pack(self, v):
+        import torch
+
+        if isinstance(v, torch.Tensor):
+            st = v.untyped_storage()
+            key = (str(v.device), st.data_ptr(), st.nbytes())
+            if key not in self.keys:
+                self.keys[key] = len(self.u8)
+                u8 = _storage_u8(v)
+                self.u8.append(u8)
+                self.data.append(u8.detach().cpu().numpy().tobytes())
+            return ("tensor", self.keys[key], v.storage_offset(), tuple(v.shape), tuple(v.stride()), v.dtype,
+                    str(v.device))
+        if isinstance(v, (tuple, list)):
+            return ("seq", type(v) is tuple, [self.pack(u) for u in v])
+        try:
+            return ("value", pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL))
+        except Exception as e:
+            raise SandboxError(f"cannot send a kernel argument of type {type(v).__name__} to the worker ({e})") from None
+
+
+def _arg_names(kernel) -> list[str]:
+    names = getattr(kernel, "arg_names", None)
+    if names:
+        return list(names)
+    return list(inspect.signature(_python_fn(kernel)).parameters)
+
+
+def static_grid(kernel, grid, args, kwargs) -> tuple:
+    """``grid`` as a tuple of ints (a callable grid gets a dict of the bound arguments, as Triton does)."""
+    if callable(grid):
+        meta = dict(zip(_arg_names(kernel), args))
+        meta.update(kwargs)
+        grid = grid(meta)
+    if not isinstance(grid, (tuple, list)):
+        grid = (grid,)
+    return tuple(int(g) for g in grid)
+
+
+# --------------------------------------------------------------------------------------------
+# Parent: the worker
+# --------------------------------------------------------------------------------------------
+
+
+class _Worker:
+    def __init__(self):
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env = dict(os.environ)
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        if INTERPRETER:
+            env["TRITON_INTERPRET"] = "1"
+        t0 = time.perf_counter()
+        self.proc = subprocess.Popen([sys.executable, "-m", "helpers.sandbox"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, env=env, cwd=root)
+        try:
+            self.info = self._reply(START_TIMEOUT)
+        except KernelTimeout:
+            raise SandboxError(f"the kernel worker did not start within {START_TIMEOUT:g} s") from None
+        except KernelCrashed as e:
+            raise SandboxError(f"the kernel worker failed to start ({e}; its error is on stderr)") from None
+        self.startup_s = time.perf_counter() - t0
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        try:
+            self.proc.wait(10)
+        except Exception:
+            pass
+        for f in (self.proc.stdin, self.proc.stdout):
+            try:
+                f.close()
+            except Exception:
+                pass
+
+    def _reply(self, limit):
+        box = {}
+
+        def read():
+            try:
+                box["reply"] = _recv(self.proc.stdout)
+            except BaseException as e:  # noqa: BLE001  (EOF: the worker died)
+                box["error"] = e
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        try:
+            reader.join(limit)
+        except BaseException:  # an interrupt while waiting: the reply is lost, so is the worker
+            self.kill()
+            raise
+        if reader.is_alive():
+            self.kill()
+            reader.join(10)
+            raise KernelTimeout(limit)
+        if "error" in box:
+            try:
+                rc = self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+                rc = self.proc.returncode
+            self.kill()
+            raise KernelCrashed(rc)
+        return box["reply"]
+
+    def request(self, msg, limit):
+        try:
+            _send(self.proc.stdin, msg)
+        except (BrokenPipeError, OSError, ValueError):
+            self.kill()
+            raise KernelCrashed(self.proc.returncode) from None
+        return self._reply(limit)
+
+
+_lock = threading.Lock()
+_worker: _Worker | None = None
+
+
+def worker() -> _Worker:
+    """The worker, started on first use (a few seconds: it imports torch and Triton)."""
+    global _worker
+    if _worker is None or not _worker.alive():
+        if _worker is not None:
+            _worker.kill()
+        _worker = None
+        _worker = _Worker()
+    return _worker
+
+
+def restart() -> None:
+    """Stop the worker; the next kernel starts a fresh one."""
+    global _worker
+    if _worker is not None:
+        _worker.kill()
+        _worker = None
+
+
+atexit.register(restart)
+
+
+def run(kernel, grid, args, kwargs, timeout: float | None = None) -> float:
+    """Launch ``kernel[grid](*args, **kwargs)`` in the worker and copy every tensor argument's storage
+    back. Raises ``KernelCrashed``, ``KernelTimeout``, ``KernelCudaError``, ``KernelWroteOutside``,
+    or the learner's own exception (as itself, or as a ``LearnerKernelError`` of the same type name;
+    ``NotImplementedError`` when the kernel still raises it). Returns the seconds the request took."""
+    limit = KERNEL_TIMEOUT if timeout is None else float(timeout)
+    spec = kernel_spec(kernel)
+    grid = static_grid(kernel, grid, args, kwargs)
+    packer = _Packer()
+    packed_args = [packer.pack(a) for a in args]
+    packed_kwargs = {k: packer.pack(v) for k, v in kwargs.items()}
+    msg = ("run", spec, grid, packed_args, packed_kwargs, packer.data)
+    with _lock:
+        w = worker()
+        t0 = time.perf_counter()
+        reply = w.request(msg, limit)
+        seconds = time.perf_counter() - t0
+    kind, storages, out, err = reply
+    if out:
+        sys.stdout.write(out)
+    if storages is not None:
+        import torch
+
+        for u8, data in zip(packer.u8, storages):
+            if data:
+                u8.copy_(torch.frombuffer(bytearray(data), dtype=torch.uint8).to(u8.device))
+    if kind == "ok":
+        return seconds
+    if kind == "wrote-outside":
+        restart()  # what else it overwrote in the worker is unknown
+        raise KernelWroteOutside(err)
+    if kind == "cuda-error":
+        restart()  # its CUDA context is dead
+        raise KernelCudaError(err["message"])
+    # kind == "error": the learner's exception
+    if err["not_implemented"]:
+        raise NotImplementedError
+    exc = None
+    if err["pickled"] is not None:
+        try:
+            exc = pickle.loads(err["pickled"])
+        except Exception:
+            exc = None
+    if not isinstance(exc, BaseException):
+        exc = _error_type(err["type"], err["module"])(err["message"])
+    raise exc
+
+
+_ERROR_TYPES: dict = {}
+
+
+def _error_type(name: str, module: str):
+    key = (module, name)
+    if key not in _ERROR_TYPES:
+        _ERROR_TYPES[key] = type(name, (LearnerKernelError,), {"__module__": module})
+    return _ERROR_TYPES[key]
+
+
+# --------------------------------------------------------------------------------------------
+# Worker
+# --------------------------------------------------------------------------------------------
+
+
+def _build(spec, cache):
+    """The kernel of ``spec``, in the worker."""
+    import importlib
+
+    import torch
+    import triton
+    import triton.language as tl
+
+    if spec[0] == "import":
+        return getattr(importlib.import_module(spec[1]), spec[2])
+    _, name, src, env = spec
+    ns = {"__name__": "__learner__", "__builtins__": builtins, "triton": triton, "tl": tl, "torch": torch,
+          "math": math}
+    for gname, gspec in env.items():
+        try:
+            if gspec[0] == "module":
+                ns[gname] = importlib.import_module(gspec[1])
+            elif gspec[0] == "kernel":
+                ns[gname] = _build(gspec[1], cache)
+            else:
+                ns[gname] = pickle.loads(gspec[1])
+        except Exception:
+            pass  # used by the kernel, it fails there with a NameError the learner can read
+    import linecache
+
+    digest = hashlib.sha1(src.encode()).hexdigest()[:12]
+    filename = f"<learner kernel {name} {digest}>"
+    linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
+    exec(compile(src, filename, "exec"), ns)
+    return ns[name]
+
+
+def _unpack(v, bufs):
+    import torch
+
+    if v[0] == "tensor":
+        _, i, offset, shape, stride, dtype, _device = v
+        base = bufs[i]
+        size = torch.empty(0, dtype=dtype).element_size()
+        t = torch.empty(0, dtype=dtype, device=base.device)
+        return t.set_(base.untyped_storage(), SLACK // size + offset, shape, stride)
+    if v[0] == "seq":
+        items = [_unpack(u, bufs) for u in v[2]]
+        return tuple(items) if v[1] else items
+    return pickle.loads(v[1])
+
+
+def _devices(v, found):
+    if v[0] == "tensor":
+        found.add(v[6])
+    elif v[0] == "seq":
+        for u in v[2]:
+            _devices(u, found)
+    return found
+
+
+def _cuda_failed(e) -> bool:
+    chain, seen = [], 0
+    while e is not None and seen < 8:
+        chain.append(e)
+        e, seen = e.__cause__ or e.__context__, seen + 1
+    return any(type(c).__name__ == "AcceleratorError" or "CUDA" in str(c) for c in chain)
+
+
+def _error(e) -> dict:
+    chain, c = [], e
+    while c is not None and len(chain) < 8:
+        chain.append(c)
+        c = c.__cause__ or c.__context__
+    pickled = None
+    try:
+        pickled = pickle.dumps(e)
+        pickle.loads(pickled)
+    except Exception:
+        pickled = None
+    return {"type": type(e).__name__, "module": type(e).__module__, "message": str(e), "pickled": pickled,
+            "not_implemented": any(isinstance(c, NotImplementedError) for c in chain)
+            or "NotImplementedError" in str(e)}
+
+
+def _handle(msg, out_fd: int):
+    import torch
+
+    _, spec, grid, args, kwargs, storages = msg
+    devices = set()
+    for v in list(args) + list(kwargs.values()):
+        _devices(v, devices)
+    on_cuda = any(d.startswith("cuda") for d in devices)
+    # every storage, by the device its first tensor is on
+    dev_of = {}
+    for v in list(args) + list(kwargs.values()):
+        _storage_devices(v, dev_of)
+    bufs = []
+    for i, data in enumerate(storages):
+        b = torch.full((SLACK + len(data) + SLACK,), 0xFF, dtype=torch.uint8)
+        if data:
+            b[SLACK:SLACK + len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        bufs.append(b.to(dev_of.get(i, "cpu")))
+    captured = tempfile.TemporaryFile()
+    saved = os.dup(1)
+    sys.stdout.flush()
+    os.dup2(captured.fileno(), 1)
+    kind, err = "ok", None
+    try:
+        a = [_unpack(v, bufs) for v in args]
+        kw = {k: _unpack(v, bufs) for k, v in kwargs.items()}
+        kernel = _build(spec, {})
+        kernel[grid](*a, **kw)
+        if on_cuda:
+            torch.cuda.synchronize()
+    except BaseException as e:  # noqa: BLE001  (everything the learner's code can raise goes back)
+        kind, err = "error", _error(e)
+        if on_cuda:
+            try:
+                torch.cuda.synchronize()
+                dead = _cuda_failed(e)
+            except BaseException:  # noqa: BLE001
+                dead = True
+            if dead:
+                kind = "cuda-error"
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+    captured.seek(0)
+    out = captured.read(20000).decode(errors="replace")
+    captured.close()
+    if kind == "cuda-error":
+        return ("cuda-error", None, out, err)
+    back = []
+    outside = []
+    for i, b in enumerate(bufs):
+        h = b.cpu()
+        n = len(storages[i])
+        if not (bool((h[:SLACK] == 0xFF).all()) and bool((h[SLACK + n:] == 0xFF).all())):
+            outside.append(i)
+        back.append(h[SLACK:SLACK + n].numpy().tobytes())
+    if kind == "ok" and outside:
+        return ("wrote-outside", back, out, "your kernel wrote outside the memory of the tensors it was given")
+    return (kind, back, out, err)
+
+
+def _storage_devices(v, dev_of):
+    if v[0] == "tensor":
+        dev_of.setdefault(v[1], v[6])
+    elif v[0] == "seq":
+        for u in v[2]:
+            _storage_devices(u, dev_of)
+
+
+def main() -> None:
+    proto_in = os.fdopen(os.dup(0), "rb")
+    proto_out = os.fdopen(os.dup(1), "wb")
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(2, 1)  # whatever the kernel prints cannot reach the protocol
+    import helpers  # noqa: F401  (first: it decides interpreter or GPU before Triton loads)
+    from helpers import mode
+    import triton
+
+    _send(proto_out, {"pid": os.getpid(), "mode": mode.MODE, "triton": triton.__version__})
+    while True:
+        try:
+            msg = _recv(proto_in)
+        except EOFError:
+            return
+        if msg[0] == "ping":
+            _send(proto_out, ("ok", None, "", None))
+            continue
+        _send(proto_out, _handle(msg, 1))
+
+
+if __name__ == "__main__":
+    main()
