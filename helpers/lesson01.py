@@ -227,8 +227,33 @@ def _trial_1_1(softmax_1d) -> str:
         got = _call(softmax_1d, x)
         if not torch.equal(x, before):
             raise Wrong(f"your function changed its input {fmt(before)}: compute into a new tensor instead")
-        worst = max(worst, expect_close(got, reference_softmax(x), inputs=x, atol=1e-6, rtol=1e-5))
+        try:
+            err = expect_close(got, reference_softmax(x), inputs=x, atol=1e-6, rtol=1e-5)
+        except Wrong as e:
+            hint = next((h for fn, h in SOFTMAX_1D_MISTAKES if _gives(fn, x, got)), None)
+            raise Wrong(f"{e}: {hint}" if hint else str(e)) from None
+        worst = max(worst, err)
     return f"max abs error {worst:.1e}"
+
+
+#: Plausible wrong answers of exercise 1.1 (function, the hint that names the mistake).
+SOFTMAX_1D_MISTAKES = [
+    (torch.exp, "exp(x) alone does not sum to 1: divide it by its sum, exp(x) / exp(x).sum()"),
+    (lambda x: x / x.sum(), "x / x.sum() skips the exponential: softmax is exp(x) / exp(x).sum()"),
+    (lambda x: torch.exp(x) / torch.exp(x).max(), "divide by the sum of the exponentials, not by their maximum "
+     "(exp(x - max(x)) is exp(x) divided by their maximum)"),
+    (lambda x: torch.exp(x) / x.sum(), "divide exp(x) by the sum of exp(x), not by the sum of x"),
+]
+
+
+def _gives(fn, x, got) -> bool:
+    """True if the mistake ``fn`` returns ``got`` on ``x`` (the same values, NaN and inf included)."""
+    try:
+        want = fn(x)
+        return (isinstance(got, torch.Tensor) and got.shape == want.shape
+                and torch.allclose(got.detach().cpu().double(), want.double(), atol=1e-6, rtol=1e-5, equal_nan=True))
+    except Exception:
+        return False
 
 
 def check_1_1(softmax_1d) -> None:

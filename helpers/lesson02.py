@@ -10,7 +10,7 @@ import torch
 
 from . import plots
 from .checks import check_tensor
-from .exercises import Wrong, check, expect_close, fmt, call_attempt
+from .exercises import Wrong, call_attempt, check, expect_close, fmt, fmt_pair
 from .reference import naive_softmax, stable_softmax
 
 #: Integer types with the same width as each floating type (to walk floats by their bit patterns).
@@ -326,27 +326,128 @@ def _nonfinite_hint(got, ref, x, what: str) -> None:
             raise Wrong(f"on input {fmt(x)} you returned {fmt(got)}: {what}")
 
 
+def _same_output(got, cand, tol: dict) -> bool:
+    """True if ``got`` is what the mistake ``cand`` gives: the same infinities and NaNs in the same
+    places, and the finite values close."""
+    if not isinstance(got, torch.Tensor) or got.shape != cand.shape:
+        return False
+    g, c = got.detach().cpu().double(), cand.detach().cpu().double()
+    for test in (torch.isnan, torch.isposinf, torch.isneginf):
+        if not torch.equal(test(g), test(c)):
+            return False
+    fin = torch.isfinite(c)
+    return bool(((g[fin] - c[fin]).abs() <= tol["atol"] + tol["rtol"] * c[fin].abs()).all())
+
+
+def _passes(fn, args, ref, tol: dict) -> bool:
+    try:
+        with torch.no_grad():
+            got = fn(*args)
+        expect_close(got, ref, **tol)
+        return True
+    except Exception:
+        return False
+
+
+def _diagnose(got, args, mistakes, earlier, reference) -> str | None:
+    """The hint of the mistake (name, function, hint) that explains ``got``: one that passes every
+    earlier case (as the learner's function did) and gives ``got`` on this one (``args``).
+    ``earlier`` lists the argument tuples of the cases before; ``reference(*args)`` is the answer."""
+    tol = _tol(args[0])
+    for _name, fn, hint in mistakes:
+        if not all(_passes(fn, a, reference(*a), _tol(a[0])) for a in earlier):
+            continue
+        try:
+            with torch.no_grad():
+                cand = fn(*args)
+        except Exception:
+            continue
+        if _same_output(got, cand, tol):
+            return hint
+    return None
+
+
+def _lse_with(shift, add_back: bool = True):
+    """A logsumexp that shifts each row by ``shift(x)`` (a column), computed in ``x``'s dtype."""
+    def lse(x):
+        m = shift(x)
+        s = torch.log(torch.exp(x - m).sum(dim=-1, keepdim=True))
+        return (m + s if add_back else s).squeeze(-1)
+    return lse
+
+
+_ROW_MAX_FIX = "shift each row by its maximum m, so every exp(x - m) <= 1, and add m back: m + log(sum(exp(x - m)))"
+
+#: Plausible wrong logsumexps (name, function, the hint that names the mistake). The checker's rows
+#: make each of them overflow or underflow (or come out off by the shift) in float32 and float16.
+LSE_MISTAKES = [
+    ("no shift", _lse_with(lambda x: torch.zeros_like(x[..., :1])),
+     "without a shift exp(x) overflows for large x (exp(1000) = inf) and underflows to 0 for very negative x: "
+     + _ROW_MAX_FIX),
+    ("shift not added back", _lse_with(lambda x: x.max(dim=-1, keepdim=True).values, add_back=False),
+     "you subtracted the row maximum m but did not add it back: logsumexp(x) = m + log(sum(exp(x - m)))"),
+    ("shift by max |x|", _lse_with(lambda x: x.abs().max(dim=-1, keepdim=True).values),
+     "the largest |x| is not the maximum: on a row of negative numbers x - max|x| is far below 0 and every "
+     "exp underflows to 0, so log gives -inf; " + _ROW_MAX_FIX),
+    ("shift by min", _lse_with(lambda x: x.min(dim=-1, keepdim=True).values),
+     "shifting by the row minimum makes every x - min >= 0, and exp overflows on a row with a wide range; "
+     + _ROW_MAX_FIX),
+    ("shift by first", _lse_with(lambda x: x[..., :1]),
+     "shifting by the row's first element overflows when a later element is much larger; " + _ROW_MAX_FIX),
+    ("shift by mean", _lse_with(lambda x: x.mean(dim=-1, keepdim=True)),
+     "shifting by the row mean overflows when the row's largest value is far above its mean; " + _ROW_MAX_FIX),
+    ("one max for the whole tensor", _lse_with(lambda x: x.max().reshape([1] * x.dim())),
+     "one maximum for the whole tensor makes exp underflow to 0 on rows far below it (log 0 = -inf): take "
+     "the maximum of each row, x.max(dim=-1, keepdim=True)"),
+]
+
+
 def _lse_cases():
+    """Exercise 2.1's inputs, in this order: each mistake of ``LSE_MISTAKES`` first fails on a row of
+    its own (float32), then wide rows that overflow every shift but the maximum even in float64,
+    then float16 rows that overflow a wrong shift in float16."""
     torch.manual_seed(2)
+    h = torch.float16
     return [
-        torch.tensor([1.0, 2.0, 3.0]),
-        torch.tensor([1000.0, 1001.0, 1002.0]),
-        torch.tensor([-1000.0, -1001.0, -1002.0]),
+        torch.tensor([1.0, 2.0, 3.0]),                  # the shift not added back is off by 3
+        torch.tensor([1000.0, 1001.0, 1002.0]),         # no shift: exp overflows
+        torch.tensor([-1000.0, -1001.0, -1002.0]),      # shift by max |x|: every exp underflows
+        torch.tensor([100.0, 100.0, 100.0, 0.0]),       # shift by the min (100 above it)
+        torch.tensor([50.0, 150.0, 140.0, 140.0]),      # shift by the first element (100 below the max)
+        torch.tensor([200.0, 0.0]),                     # shift by the mean (100 below the max)
+        torch.tensor([[1000.0, 1001.0, 1002.0], [-1000.0, -1001.0, -1002.0]]),  # one max for all rows
         torch.randn(4, 7) * 10,
-        torch.tensor([10.0, 11.0, 12.0], dtype=torch.float16),
+        torch.tensor([[2000.0, 0.0], [0.0, 2000.0]]),   # every shift but the max overflows, even in float64
+        torch.tensor([10.0, 11.0, 12.0], dtype=h),      # float16: exp(12) > 65504
+        torch.tensor([12.0, 12.0, 12.0, 0.0], dtype=h),
+        torch.tensor([6.0, 18.0, 17.0, 17.0], dtype=h),
+        torch.tensor([24.0, 0.0], dtype=h),
     ]
 
 
 def _trial_2_1(logsumexp) -> str:
-    worst = {}
+    worst, earlier = {}, []
+
+    def reference(x):
+        return torch.logsumexp(x.double(), dim=-1)
+
     for x in _lse_cases():
         before = x.clone()
         got = _call(logsumexp, x)
         if not torch.equal(x, before):
             raise Wrong(f"your function changed its input {fmt(before)}: compute into a new tensor instead")
-        ref = torch.logsumexp(x.double(), dim=-1)
-        _nonfinite_hint(got, ref, x, "inf or NaN where the answer is finite (did exp overflow?)")
-        err = expect_close(got, ref, inputs=x, what=" (one value per row: sum with keepdim=False, or .squeeze(-1))", **_tol(x))
+        ref = reference(x)
+        try:
+            _nonfinite_hint(got, ref, x, "inf or NaN where the answer is finite: did exp overflow, or underflow to 0? "
+                            + _ROW_MAX_FIX)
+            err = expect_close(got, ref, inputs=x, what=" (one value per row: sum with keepdim=False, or .squeeze(-1))",
+                               **_tol(x))
+        except Wrong:
+            hint = _diagnose(got, (x,), LSE_MISTAKES, earlier, reference)
+            if hint is None:
+                raise
+            raise Wrong(f"on input {fmt(x)} ({_dtype_name(x.dtype)}) you returned {fmt(got)}: {hint}") from None
+        earlier.append((x,))
         name = _dtype_name(x.dtype)
         worst[name] = max(worst.get(name, 0.0), err)
     return "max abs error " + ", ".join(f"{e:.1e} ({name})" for name, e in worst.items())
@@ -357,30 +458,87 @@ def check_2_1(logsumexp) -> None:
     check("2.1", "a stable logsumexp", logsumexp, _trial_2_1)
 
 
-def _trial_2_2(softmax_t) -> str:
+def _softmax_t_with(shift, scale=lambda x, T: x / T):
+    """softmax(z) with z = scale(x, T), each row of z shifted by ``shift(z)``, in x's dtype."""
+    def softmax_t(x, T):
+        z = scale(x, T)
+        e = torch.exp(z - shift(z))
+        return e / e.sum(dim=-1, keepdim=True)
+    return softmax_t
+
+
+def _row_max(z):
+    return z.max(dim=-1, keepdim=True).values
+
+
+_TEMP_FIX = "compute z = x / T, then subtract each row's maximum of z before exp"
+
+#: Plausible wrong answers of exercise 2.2 (name, function, the hint that names the mistake).
+TEMPERATURE_MISTAKES = [
+    ("x * T", _softmax_t_with(_row_max, lambda x, T: x * T),
+     "the temperature divides the scores: softmax(x / T), not softmax(x * T)"),
+    ("softmax(x) / T", lambda x, T: torch.softmax(x, dim=-1) / T,
+     "T divides the scores before exp (softmax(x / T)), not the probabilities after it"),
+    ("no shift", _softmax_t_with(lambda z: torch.zeros_like(z[..., :1])),
+     "exp(x / T) overflows when T is small or x large (inf / inf = NaN): " + _TEMP_FIX),
+    ("shift by min", _softmax_t_with(lambda z: z.min(dim=-1, keepdim=True).values),
+     "shifting by the row minimum makes every z - min >= 0, and exp overflows on a row with a wide range: "
+     + _TEMP_FIX),
+    ("shift by first", _softmax_t_with(lambda z: z[..., :1]),
+     "shifting by the row's first element overflows when a later element is much larger: " + _TEMP_FIX),
+    ("shift by mean", _softmax_t_with(lambda z: z.mean(dim=-1, keepdim=True)),
+     "shifting by the row mean overflows when the row's largest value is far above its mean: " + _TEMP_FIX),
+    ("one max for the whole tensor", _softmax_t_with(lambda z: z.max().reshape([1] * z.dim())),
+     "one maximum for the whole tensor makes every exp of a row far below it underflow to 0 (0 / 0 = NaN): "
+     "take the maximum of each row, z.max(dim=-1, keepdim=True)"),
+]
+
+
+def _temperature_cases():
+    """(x, T) for exercise 2.2, in this order: each mistake of ``TEMPERATURE_MISTAKES`` first fails on a
+    case of its own (z = x / T has a row 100 above its min, its first element, its mean, ...)."""
     torch.manual_seed(3)
-    cases = [
+    return [
         (torch.tensor([1.0, 2.0, 3.0]), 1.0),
-        (torch.tensor([1.0, 2.0, 3.0]), 0.5),
+        (torch.tensor([1.0, 2.0, 3.0]), 0.5),           # x * T, softmax(x) / T
         (torch.tensor([1.0, 2.0, 3.0]), 10.0),
+        (torch.tensor([500.0, 400.0]), 2.0),             # no shift: exp(250)
+        (torch.tensor([1.0, 1.0, 1.0, 0.0]), 0.01),      # shift by the min
+        (torch.tensor([0.5, 1.5, 1.4, 1.4]), 0.01),      # shift by the first element
+        (torch.tensor([2.0, 0.0]), 0.01),                # shift by the mean
+        (torch.tensor([[500.0, 400.0], [-3.0, 3.0]]), 2.0),  # one max for all rows
         (torch.tensor([0.1, 0.2, 0.3]), 0.001),
         (torch.randn(3, 5), 0.01),
-        (torch.tensor([[500.0, 400.0], [-3.0, 3.0]]), 2.0),
     ]
-    worst = 0.0
-    for x, T in cases:
+
+
+def _trial_2_2(softmax_t) -> str:
+    worst, earlier = 0.0, []
+
+    def reference(x, T):
+        return torch.softmax(x.double() / T, dim=-1)
+
+    for x, T in _temperature_cases():
         before = x.clone()
         got = _call(softmax_t, x, T)
         if not torch.equal(x, before):
             raise Wrong(f"your function changed its input {fmt(before)}: compute into a new tensor instead")
-        ref = torch.softmax(x.double() / T, dim=-1)
+        ref = reference(x, T)
         where = f"{fmt(x)} with T = {T}"
-        if isinstance(got, torch.Tensor) and torch.isnan(got).any():
-            raise Wrong(f"on input {where} you returned {fmt(got)}: NaN (did exp overflow?)")
         try:
-            worst = max(worst, expect_close(got, ref, atol=1e-5, rtol=1e-4))
-        except Wrong as e:
-            raise Wrong(f"on input {where}: {e}") from None
+            if isinstance(got, torch.Tensor) and torch.isnan(got).any():
+                raise Wrong(f"on input {where} you returned {fmt(got)}: NaN (did exp overflow?)")
+            try:
+                err = expect_close(got, ref, atol=1e-5, rtol=1e-4)
+            except Wrong as e:
+                raise Wrong(f"on input {where}: {e}") from None
+        except Wrong:
+            hint = _diagnose(got, (x, T), TEMPERATURE_MISTAKES, earlier, reference)
+            if hint is None:
+                raise
+            raise Wrong(f"on input {where} you returned {fmt(got)}: {hint}") from None
+        earlier.append((x, T))
+        worst = max(worst, err)
     return f"max abs error {worst:.1e}"
 
 
@@ -389,24 +547,84 @@ def check_2_2(softmax_with_temperature) -> None:
     check("2.2", "softmax with a temperature", softmax_with_temperature, _trial_2_2)
 
 
-def _trial_2_3(log_softmax) -> str:
+def _log_softmax_with(shift, subtract_shift: bool = True):
+    """z - log(sum(exp(z))) with z = x - shift(x) (or x, when the shift is not subtracted), in x's dtype."""
+    def log_softmax(x):
+        m = shift(x)
+        s = torch.log(torch.exp(x - m).sum(dim=-1, keepdim=True))
+        return (x - m - s) if subtract_shift else (x - s)
+    return log_softmax
+
+
+_LOG_FIX = "compute z = x - max(x) per row, then z - log(sum(exp(z)))"
+
+#: Plausible wrong answers of exercise 2.3 (name, function, the hint that names the mistake).
+LOG_SOFTMAX_MISTAKES = [
+    ("shift left in", _log_softmax_with(_row_max, subtract_shift=False),
+     "x - log(sum(exp(x - m))) is off by the row maximum m: subtract it from x too, (x - m) - log(sum(exp(x - m)))"),
+    ("no shift", _log_softmax_with(lambda x: torch.zeros_like(x[..., :1])),
+     "without a shift exp(x) overflows for large x (exp(1000) = inf): " + _LOG_FIX),
+    ("shift by max |x|", _log_softmax_with(lambda x: x.abs().max(dim=-1, keepdim=True).values),
+     "the largest |x| is not the maximum: on a row of negative numbers every exp(x - max|x|) underflows to 0: "
+     + _LOG_FIX),
+    ("log of softmax", lambda x: torch.log(torch.softmax(x.float(), dim=-1)).to(x.dtype),
+     "log(softmax(x)) takes the log of probabilities that underflow to 0 (or to too few digits): " + _LOG_FIX),
+    ("log of softmax, in the input's dtype", lambda x: torch.log(torch.softmax(x, dim=-1)),
+     "log(softmax(x)) takes the log of probabilities that underflow to 0 (or to too few digits): " + _LOG_FIX),
+    ("shift by min", _log_softmax_with(lambda x: x.min(dim=-1, keepdim=True).values),
+     "shifting by the row minimum makes every x - min >= 0, and exp overflows on a row with a wide range: "
+     + _LOG_FIX),
+    ("shift by first", _log_softmax_with(lambda x: x[..., :1]),
+     "shifting by the row's first element overflows when a later element is much larger: " + _LOG_FIX),
+    ("shift by mean", _log_softmax_with(lambda x: x.mean(dim=-1, keepdim=True)),
+     "shifting by the row mean overflows when the row's largest value is far above its mean: " + _LOG_FIX),
+    ("one max for the whole tensor", _log_softmax_with(lambda x: x.max().reshape([1] * x.dim())),
+     "one maximum for the whole tensor makes every exp of a row far below it underflow to 0 (log 0 = -inf): "
+     "take the maximum of each row, x.max(dim=-1, keepdim=True)"),
+]
+
+
+def _log_softmax_cases():
+    """Exercise 2.3's inputs, in this order: each mistake of ``LOG_SOFTMAX_MISTAKES`` first fails on a
+    row of its own."""
     torch.manual_seed(4)
-    cases = [
-        torch.tensor([0.0, -200.0]),
-        torch.tensor([1.0, 2.0, 3.0]),
-        torch.tensor([1000.0, 1001.0, 1002.0]),
+    return [
+        torch.tensor([1.0, 2.0, 3.0]),                  # the shift left in: off by 3
+        torch.tensor([1000.0, 1001.0, 1002.0]),         # no shift
+        torch.tensor([-1000.0, -1001.0, -1002.0]),      # shift by max |x|
+        torch.tensor([100.0, 100.0, 100.0, 0.0]),       # shift by the min; log(softmax): exp(-100) is subnormal
+        torch.tensor([50.0, 150.0, 140.0, 140.0]),      # shift by the first element
+        torch.tensor([200.0, 0.0]),                     # shift by the mean
+        torch.tensor([[1000.0, 1001.0, 1002.0], [-1000.0, -1001.0, -1002.0]]),  # one max for all rows
+        torch.tensor([0.0, -200.0]),                    # log(softmax): exp(-200) underflows to 0
         torch.randn(3, 6) * 5,
-        torch.tensor([0.0, -20.0], dtype=torch.float16),
+        torch.tensor([0.0, -20.0], dtype=torch.float16),  # log(softmax) in float16: exp(-20) underflows
     ]
-    worst = 0.0
-    for x in cases:
+
+
+def _trial_2_3(log_softmax) -> str:
+    worst, earlier = 0.0, []
+
+    def reference(x):
+        return torch.log_softmax(x.double(), dim=-1)
+
+    for x in _log_softmax_cases():
         before = x.clone()
         got = _call(log_softmax, x)
         if not torch.equal(x, before):
             raise Wrong(f"your function changed its input {fmt(before)}: compute into a new tensor instead")
-        ref = torch.log_softmax(x.double(), dim=-1)
-        _nonfinite_hint(got, ref, x, "-inf or NaN where the answer is finite (a log of a probability that underflowed to 0?)")
-        worst = max(worst, expect_close(got, ref, inputs=x, **_tol(x)))
+        ref = reference(x)
+        try:
+            _nonfinite_hint(got, ref, x, "-inf or NaN where the answer is finite (a log of a probability that "
+                            "underflowed to 0?)")
+            err = expect_close(got, ref, inputs=x, **_tol(x))
+        except Wrong:
+            hint = _diagnose(got, (x,), LOG_SOFTMAX_MISTAKES, earlier, reference)
+            if hint is None:
+                raise
+            raise Wrong(f"on input {fmt(x)} ({_dtype_name(x.dtype)}) you returned {fmt(got)}: {hint}") from None
+        earlier.append((x,))
+        worst = max(worst, err)
     return f"max abs error {worst:.1e}"
 
 
@@ -449,6 +667,8 @@ def _masked_cases():
         (torch.tensor([[0.5, -1.0, 2.0], [3.0, 1.0, -2.0]]), torch.tensor([[F, T, F], [F, F, F]])),
         (x3, m3),
         (torch.tensor([[10.0, 11.0, 12.0, 13.0]], dtype=torch.float16), torch.tensor([[T, T, T, F]])),
+        # the largest score is masked out: a maximum taken before masking makes every exp underflow
+        (torch.tensor([[0.0, 1.0, 500.0], [2.0, -300.0, 1.0]]), torch.tensor([[T, T, F], [F, T, T]])),
     ]
 
 
@@ -466,7 +686,15 @@ def _masked_hint(got: torch.Tensor, x, mask, want: torch.Tensor) -> str:
             return ("a fully masked row came out uniform (1/N everywhere): a large negative number such as -1e9 "
                     "is still a number, so an all-masked row is a row of equal scores; mask with float('-inf')")
     live = ~empty
-    if torch.isnan(g[live]).any() or (g[live].abs() <= 1e-6).all(dim=-1).any():
+    dead = live & (torch.isnan(g).any(dim=-1) | (g.abs() <= 1e-6).all(dim=-1))
+    if dead.any():
+        xd = x.detach().cpu().double()
+        top_all = xd.max(dim=-1).values
+        top_live = xd.masked_fill(~mask.cpu(), float("-inf")).max(dim=-1).values
+        if ((top_all - top_live > 80) & dead).any():
+            return ("a row with unmasked positions came out NaN or all zeros: its largest score is masked out, so a "
+                    "maximum taken before masking puts every unmasked exp(x - max) at 0; take the maximum after "
+                    "masking, over the unmasked scores only")
         return ("a row with unmasked positions came out NaN or all zeros: did exp overflow? Subtract the row's "
                 "maximum (over the unmasked scores) before exp")
     if (g[~mask].abs() > 1e-6).any() and not (g[mask].abs() > 1e-6).any():
@@ -498,7 +726,8 @@ def _trial_2_4(masked_softmax) -> str:
                 err = expect_close(got, want, **_tol(x))
             except Wrong:
                 hint = _masked_hint(got, x, mask, want)
-                raise Wrong(f"on x = {fmt(x)} with mask = {fmt(mask)} expected {fmt(want)}, got {fmt(got)}"
+                said_want, said_got = fmt_pair(want, got)
+                raise Wrong(f"on x = {fmt(x)} with mask = {fmt(mask)} expected {said_want}, got {said_got}"
                             + (f": {hint}" if hint else "")) from None
             worst = max(worst, err)
         else:

@@ -552,3 +552,166 @@ def test_bfloat16_running_sum_stalls_where_torch_sum_does_not(capsys):
     lesson02.print_bfloat16_running_sum()
     assert capsys.readouterr().out.strip() == ("2048 terms of 1/512 in bfloat16: a running sum kept in bfloat16 "
                                                "gives 0.5, torch.sum gives 4, exactly 4")
+
+
+# --------------------------------------------------------------------------------------------
+# One test per plausible wrong answer: "wrong", with the hint that names the mistake. Written as a
+# learner would write them (not taken from the checkers' own lists).
+# --------------------------------------------------------------------------------------------
+
+
+def _lse_shift(shift, add_back=True):
+    def lse(x):
+        m = shift(x)
+        s = torch.log(torch.exp(x - m).sum(dim=-1, keepdim=True))
+        return (m + s if add_back else s).squeeze(-1)
+    return lse
+
+
+LSE_WRONG = {
+    "no_shift": (lambda x: torch.log(torch.exp(x).sum(dim=-1)), "without a shift exp(x) overflows"),
+    "not_added_back": (_lse_shift(lambda x: x.max(dim=-1, keepdim=True).values, add_back=False),
+                       "did not add it back"),
+    "abs_max": (_lse_shift(lambda x: x.abs().max(dim=-1, keepdim=True).values), "the largest |x| is not the maximum"),
+    "min": (_lse_shift(lambda x: x.min(dim=-1, keepdim=True).values), "shifting by the row minimum"),
+    "first": (_lse_shift(lambda x: x[..., :1]), "shifting by the row's first element"),
+    "mean": (_lse_shift(lambda x: x.mean(dim=-1, keepdim=True)), "shifting by the row mean"),
+    "global_max": (_lse_shift(lambda x: x.max()), "one maximum for the whole tensor"),
+    "mean_in_float64": (lambda x: _lse_shift(lambda z: z.mean(dim=-1, keepdim=True))(x.double()).to(x.dtype),
+                        "did exp overflow, or underflow to 0?"),
+    "min_in_float64": (lambda x: _lse_shift(lambda z: z.min(dim=-1, keepdim=True).values)(x.double()).to(x.dtype),
+                       "did exp overflow, or underflow to 0?"),
+}
+
+
+@pytest.mark.parametrize("name", LSE_WRONG)
+def test_checker_2_1_wrong_answers(capsys, name):
+    fn, hint = LSE_WRONG[name]
+    line = _run(capsys, lesson02.check_2_1, fn)
+    assert "): wrong: " in line and hint in line, line
+
+
+@pytest.mark.parametrize("right", [lse_right, lambda x: torch.logsumexp(x, dim=-1),
+                                   lambda x: torch.logsumexp(x.float(), dim=-1).to(x.dtype),
+                                   lambda x: _lse_shift(lambda z: z.max(dim=-1, keepdim=True).values)(x.double())])
+def test_checker_2_1_right_answers(capsys, right):
+    assert "): correct" in _run(capsys, lesson02.check_2_1, right)
+
+
+def test_checker_2_1_rows_overflow_every_shift_but_the_max():
+    """Each float32 row overflows or underflows a shift by its mean, first element or minimum (in its
+    dtype), and the wide rows do so even in float64."""
+    cases = lesson02._lse_cases()
+    shifts = {"mean": lambda x: x.mean(dim=-1, keepdim=True), "first": lambda x: x[..., :1],
+              "min": lambda x: x.min(dim=-1, keepdim=True).values}
+    for name, shift in shifts.items():
+        for dtype in (torch.float32, torch.float16, torch.float64):
+            rows = [x for x in cases if x.dtype == (torch.float16 if dtype == torch.float16 else torch.float32)]
+            bad = [x for x in rows if not torch.isfinite(_lse_shift(shift)(x.to(dtype))).all()]
+            assert bad, f"no {dtype} row overflows a shift by the {name}"
+
+
+def _softmax_t(shift, scale=lambda x, T: x / T):
+    def f(x, T):
+        z = scale(x, T)
+        e = torch.exp(z - shift(z))
+        return e / e.sum(dim=-1, keepdim=True)
+    return f
+
+
+TEMPERATURE_WRONG = {
+    "times_T": (_softmax_t(lambda z: z.max(dim=-1, keepdim=True).values, lambda x, T: x * T), "not softmax(x * T)"),
+    "divide_after": (lambda x, T: torch.softmax(x, dim=-1) / T, "not the probabilities after it"),
+    "no_shift": (lambda x, T: helpers.naive_softmax(x / T), "exp(x / T) overflows"),
+    "min": (_softmax_t(lambda z: z.min(dim=-1, keepdim=True).values), "shifting by the row minimum"),
+    "first": (_softmax_t(lambda z: z[..., :1]), "shifting by the row's first element"),
+    "mean": (_softmax_t(lambda z: z.mean(dim=-1, keepdim=True)), "shifting by the row mean"),
+    "global_max": (_softmax_t(lambda z: z.max()), "one maximum for the whole tensor"),
+}
+
+
+@pytest.mark.parametrize("name", TEMPERATURE_WRONG)
+def test_checker_2_2_wrong_answers(capsys, name):
+    fn, hint = TEMPERATURE_WRONG[name]
+    line = _run(capsys, lesson02.check_2_2, fn)
+    assert "): wrong: " in line and hint in line, line
+
+
+def _log_softmax(shift, subtract=True):
+    def f(x):
+        m = shift(x)
+        s = torch.log(torch.exp(x - m).sum(dim=-1, keepdim=True))
+        return x - m - s if subtract else x - s
+    return f
+
+
+LOG_SOFTMAX_WRONG = {
+    "shift_left_in": (_log_softmax(lambda x: x.max(dim=-1, keepdim=True).values, subtract=False),
+                      "off by the row maximum"),
+    "no_shift": (lambda x: x - torch.log(torch.exp(x).sum(dim=-1, keepdim=True)), "without a shift exp(x) overflows"),
+    "abs_max": (_log_softmax(lambda x: x.abs().max(dim=-1, keepdim=True).values), "the largest |x| is not the maximum"),
+    "log_of_softmax": (lambda x: torch.log(helpers.stable_softmax(x)), "log(softmax(x))"),
+    "log_of_torch_softmax": (lambda x: torch.log(torch.softmax(x, dim=-1)), "log(softmax(x))"),
+    "min": (_log_softmax(lambda x: x.min(dim=-1, keepdim=True).values), "shifting by the row minimum"),
+    "first": (_log_softmax(lambda x: x[..., :1]), "shifting by the row's first element"),
+    "mean": (_log_softmax(lambda x: x.mean(dim=-1, keepdim=True)), "shifting by the row mean"),
+    "global_max": (_log_softmax(lambda x: x.max()), "one maximum for the whole tensor"),
+}
+
+
+@pytest.mark.parametrize("name", LOG_SOFTMAX_WRONG)
+def test_checker_2_3_wrong_answers(capsys, name):
+    fn, hint = LOG_SOFTMAX_WRONG[name]
+    line = _run(capsys, lesson02.check_2_3, fn)
+    assert "): wrong: " in line and hint in line, line
+
+
+def _max_before_masking(x, mask):
+    e = torch.exp(x.masked_fill(~mask, NEG_INF) - x.max(dim=-1, keepdim=True).values)
+    return (e / e.sum(dim=-1, keepdim=True)).nan_to_num(0.0)
+
+
+def test_checker_2_4_max_taken_before_masking(capsys):
+    line = _run(capsys, lesson02.check_2_4, _max_before_masking)
+    assert "): wrong: " in line and "take the maximum after masking" in line, line
+
+
+SOFTMAX_1D_WRONG = {
+    "exp_only": (torch.exp, "divide it by its sum"),
+    "no_exp": (lambda x: x / x.sum(), "skips the exponential"),
+    "divide_by_max": (lambda x: torch.exp(x) / torch.exp(x).max(), "not by their maximum"),
+    "shift_only": (lambda x: torch.exp(x - x.max()), "not by their maximum"),
+    "divide_by_sum_of_x": (lambda x: torch.exp(x) / x.sum(), "not by the sum of x"),
+}
+
+
+@pytest.mark.parametrize("name", SOFTMAX_1D_WRONG)
+def test_checker_1_1_wrong_answers(capsys, name):
+    fn, hint = SOFTMAX_1D_WRONG[name]
+    line = _run(capsys, lesson01.check_1_1, fn)
+    assert "): wrong: " in line and hint in line, line
+
+
+@pytest.mark.parametrize("fn, off", [
+    (lambda M, N: (3 * M * N, 2 * M * N + M), "the reads are off"),          # the sum's M outputs not read back
+    (lambda M, N: (3 * M * N + M, 2 * M * N), "the writes are off"),          # the sum's M outputs not written
+    (lambda M, N: (2 * M * N + M, 2 * M * N + M), "the reads are off"),       # x read once, not twice
+    (lambda M, N: (5 * M * N + 2 * M, 3 * M * N + 2 * M), "the reads and the writes are off"),  # the 5-op count
+])
+def test_checker_1_2_wrong_answers(capsys, fn, off):
+    line = _run(capsys, lesson01.check_1_2, fn)
+    assert "): wrong: " in line and off in line, line
+
+
+def test_no_checker_of_lessons_01_02_says_the_same_for_expected_and_got(capsys):
+    """A wrong answer's line never shows one rendering as both the expected and the got value."""
+    import re
+
+    attempts = [(lesson01.check_1_1, lambda x: torch.softmax(x, -1) + 1e-5),
+                (lesson02.check_2_1, lambda x: torch.logsumexp(x, -1) + 1e-3),
+                (lesson02.check_2_3, lambda x: torch.log_softmax(x, -1) + 1e-4),
+                (lesson02.check_2_4, lambda x, m: masked_right(x, m) * 1.0001)]
+    for checker, fn in attempts:
+        line = _run(capsys, checker, fn)
+        said = re.search(r"expected (.*?), got (.*?)(?:$|: | \()", line)
+        assert "wrong" in line and said and said.group(1) != said.group(2), line
