@@ -19,8 +19,12 @@ Rules:
   a sample (two heads, up to 128 query rows spread over the sequence, the first and last included)
   against a float64 computation of those rows; a provider that is wrong is recorded as such and not
   timed (``max_err`` is that check's max abs error);
-- ``ms``: eager time, ``triton.testing.do_bench`` (median; host launch path included, L2 flushed
-  between calls); ``graph_ms``: GPU time, ``triton.testing.do_bench_cudagraph`` (median);
+- ``ms``: eager time, ``helpers.measure.eager_ms`` (``do_bench``: host launch path included, L2
+  flushed between calls); ``graph_ms``: GPU time, ``helpers.measure.gpu_ms``
+  (``do_bench_cudagraph``); each the median of ``ROUNDS`` rounds, interleaved over the providers of
+  a shape (a slow spell of the GPU hits them all alike); ``spread`` and ``graph_spread``: (max -
+  min) / median of those rounds, as ``helpers.measure`` records them for softmax (a cell over
+  ``helpers.data.SPREAD_LIMIT`` is noisy: no conclusion rests on it);
 - ``tflops`` and ``graph_tflops`` count 4 B H S^2 D floating-point operations per call (two matrix
   products), halved when causal;
 - ``peak_mib``: the most memory allocated during one call beyond what was allocated before it
@@ -41,14 +45,17 @@ import torch
 import torch.nn.functional as F
 
 from .gpu_data import provenance, write_csv
-from .measure import exit_without_gpu
+from .measure import eager_ms, exit_without_gpu, gpu_ms
 from .kernels.attention import AttentionConfig, _launcher, attention, attention_plan, naive_attention
 from .mode import ON_GPU
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 PROVIDERS = ("course", "sdpa", "sdpa_cudnn", "sdpa_flash", "sdpa_efficient", "naive")
 COLUMNS = ("dtype", "B", "H", "S", "D", "causal", "provider", "ms", "tflops", "graph_ms", "graph_tflops",
-           "peak_mib", "max_err", "status")
+           "spread", "graph_spread", "peak_mib", "max_err", "status")
+#: Timing rounds per case (the median is kept, the spread recorded), and milliseconds per timing.
+ROUNDS = 5
+REP = 10
 SEQS = (1024, 2048, 4096, 8192, 16384)
 NAIVE_MAX_S = 8192
 #: Max abs error allowed in the float64 check, by dtype (outputs are O(1); probabilities are
@@ -144,15 +151,23 @@ def max_error(out, ref, heads, rows) -> float:
 # --------------------------------------------------------------------------------------------
 
 
-def gpu_timer(rep: int = 25):
-    """(eager ms, graph ms) of a function: do_bench and do_bench_cudagraph, medians."""
-    import triton
+def gpu_timer(rep: int = REP):
+    """One round of a function's timing: (eager ms, graph ms), helpers.measure's two timers."""
 
     def timer(fn):
-        eager = float(triton.testing.do_bench(fn, warmup=rep, rep=rep, return_mode="median"))
-        graph = float(triton.testing.do_bench_cudagraph(fn, rep=rep, return_mode="median"))
-        return eager, graph
+        return eager_ms(fn, rep=rep), gpu_ms(fn, rep=rep)
     return timer
+
+
+def median(values) -> float:
+    """The middle of the rounds (the upper middle for an even count, as helpers.measure)."""
+    v = sorted(values)
+    return v[len(v) // 2]
+
+
+def spread(values) -> float:
+    """(max - min) / median of the rounds: 0 for a single round."""
+    return (max(values) - min(values)) / median(values) if len(values) > 1 else 0.0
 
 
 def gpu_peak_mib(fn) -> float:
@@ -182,8 +197,8 @@ def _free_bytes(device) -> int:
 def _row(dtype_name, B, H, S, D, causal, provider, **kw) -> dict:
     nan = float("nan")
     row = {"dtype": dtype_name, "B": B, "H": H, "S": S, "D": D, "causal": int(causal), "provider": provider,
-           "ms": nan, "tflops": nan, "graph_ms": nan, "graph_tflops": nan, "peak_mib": nan, "max_err": nan,
-           "status": "ok"}
+           "ms": nan, "tflops": nan, "graph_ms": nan, "graph_tflops": nan, "spread": nan, "graph_spread": nan,
+           "peak_mib": nan, "max_err": nan, "status": "ok"}
     row.update(kw)
     return row
 
@@ -194,8 +209,10 @@ def _short(e: BaseException) -> str:
 
 
 def measure_shape(dtype_name: str, B: int, H: int, S: int, D: int, causal: bool, providers=PROVIDERS, *,
-                  timer=None, peak=None, device=None, seed: int = 0) -> list[dict]:
-    """Check, then time, every provider on one shape; one row each (failures included)."""
+                  timer=None, peak=None, device=None, seed: int = 0, rounds: int = ROUNDS) -> list[dict]:
+    """Check every provider on one shape, then time the ones that passed in ``rounds`` rounds
+    interleaved over the providers (``timer(fn)`` -> (eager ms, graph ms), once per round); one row
+    each (failures included) with the medians and the spreads."""
     device = device or ("cuda" if ON_GPU else "cpu")
     timer = timer or gpu_timer()
     peak = peak or gpu_peak_mib
@@ -206,47 +223,59 @@ def measure_shape(dtype_name: str, B: int, H: int, S: int, D: int, causal: bool,
     rows_idx = sample_rows(S)
     ref = sample_reference(q, k, v, causal, heads, rows_idx.to(q.device))
     f = flops(B, H, S, D, causal)
-    out_rows = []
+    out_rows, timed = {}, {}
     for p in providers:
         base = dict(dtype_name=dtype_name, B=B, H=H, S=S, D=D, causal=causal, provider=p)
         if p == "naive":
             need = 3 * B * H * S * S * q.element_size()
             if S > NAIVE_MAX_S or need > 0.8 * _free_bytes(q.device):
-                out_rows.append(_row(**base, status=f"skipped: its (S, S) matrices need {need / 2**30:.0f} GiB"))
+                out_rows[p] = _row(**base, status=f"skipped: its (S, S) matrices need {need / 2**30:.0f} GiB")
                 continue
         fn = provider_fn(p, q, k, v, causal)
         try:
             out = fn()
         except torch.cuda.OutOfMemoryError as e:
-            out_rows.append(_row(**base, status="out of memory: " + _short(e)))
+            out_rows[p] = _row(**base, status="out of memory: " + _short(e))
             _free()
             continue
         except RuntimeError as e:  # an SDPA backend that does not take these inputs
-            out_rows.append(_row(**base, status="refused: " + _short(e)))
+            out_rows[p] = _row(**base, status="refused: " + _short(e))
             continue
         err = max_error(out, ref, heads, rows_idx.to(out.device))
         del out
         tol = CHECK_ATOL.get(dtype, 1e-2)
         if not err <= tol:
-            out_rows.append(_row(**base, max_err=err, status=f"wrong: max abs error {err:.3g} > {tol:g}"))
+            out_rows[p] = _row(**base, max_err=err, status=f"wrong: max abs error {err:.3g} > {tol:g}")
             continue
         try:
             mib = peak(fn)
-            ms, graph_ms = timer(fn)
         except torch.cuda.OutOfMemoryError as e:
-            out_rows.append(_row(**base, max_err=err, status="out of memory: " + _short(e)))
+            out_rows[p] = _row(**base, max_err=err, status="out of memory: " + _short(e))
             _free()
             continue
-        except RuntimeError as e:
-            out_rows.append(_row(**base, max_err=err, status="failed while timed: " + _short(e)))
-            continue
-        out_rows.append(_row(**base, ms=ms, tflops=f / (ms * 1e-3) / 1e12, graph_ms=graph_ms,
-                             graph_tflops=f / (graph_ms * 1e-3) / 1e12, peak_mib=mib, max_err=err))
-        _log(f"  {dtype_name} S={S} D={D} causal={int(causal)} {p:<15} {graph_ms:8.3f} ms  "
-             f"{out_rows[-1]['graph_tflops']:6.1f} TFLOP/s  err {err:.1e}")
+        out_rows[p] = _row(**base, peak_mib=mib, max_err=err)
+        timed[p] = (fn, [], [])
+    for _ in range(max(1, rounds)):
+        for p, (fn, eager, graph) in list(timed.items()):
+            try:
+                e_ms, g_ms = timer(fn)
+            except (torch.cuda.OutOfMemoryError, RuntimeError) as e:
+                out_rows[p]["status"] = ("out of memory: " if isinstance(e, torch.cuda.OutOfMemoryError)
+                                         else "failed while timed: ") + _short(e)
+                del timed[p]
+                _free()
+                continue
+            eager.append(e_ms)
+            graph.append(g_ms)
+    for p, (fn, eager, graph) in timed.items():
+        ms, graph_ms = median(eager), median(graph)
+        out_rows[p].update(ms=ms, tflops=f / (ms * 1e-3) / 1e12, graph_ms=graph_ms,
+                           graph_tflops=f / (graph_ms * 1e-3) / 1e12, spread=spread(eager), graph_spread=spread(graph))
+        _log(f"  {dtype_name} S={S} D={D} causal={int(causal)} {p:<15} {graph_ms:8.3f} ms "
+             f"(spread {spread(graph):.0%})  {out_rows[p]['graph_tflops']:6.1f} TFLOP/s  err {out_rows[p]['max_err']:.1e}")
     del q, k, v
     _free()
-    return out_rows
+    return [out_rows[p] for p in providers]
 
 
 def _free() -> None:
@@ -258,7 +287,8 @@ def _round(rows: list[dict]) -> list[dict]:
     out = []
     for r in rows:
         r = dict(r)
-        for key, nd in (("ms", 4), ("graph_ms", 4), ("tflops", 1), ("graph_tflops", 1), ("peak_mib", 1)):
+        for key, nd in (("ms", 4), ("graph_ms", 4), ("tflops", 1), ("graph_tflops", 1), ("peak_mib", 1),
+                        ("spread", 4), ("graph_spread", 4)):
             if isinstance(r[key], float) and r[key] == r[key]:
                 r[key] = round(r[key], nd)
         if isinstance(r["max_err"], float) and r["max_err"] == r["max_err"]:
@@ -281,10 +311,11 @@ def sweep(seqs=SEQS, dims=(64, 128), dtypes=("float16", "bfloat16"), causals=(Fa
     return _round(rows)
 
 
-def live_rows() -> list[dict]:
-    """A short sweep for lesson 07 on a GPU: fp16, S = 1K and 4K, the course, SDPA and naive."""
-    require_gpu("helpers.lesson07.attention_data(live=True)")
-    return sweep(seqs=(1024, 4096), dtypes=("float16",), providers=("course", "sdpa", "naive"), timer=gpu_timer(10))
+def live_rows(rounds: int = 3) -> list[dict]:
+    """A short sweep for lesson 07 on a GPU: fp16, S = 1K and 4K, the course, SDPA and naive
+    (the rows of the recording, fewer of them)."""
+    require_gpu("helpers.lesson07.attention_rows()")
+    return sweep(seqs=(1024, 4096), dtypes=("float16",), providers=("course", "sdpa", "naive"), rounds=rounds)
 
 
 # --------------------------------------------------------------------------------------------
@@ -298,10 +329,9 @@ TUNE_CONFIGS = tuple(AttentionConfig(*c) for c in (
 
 
 def tune(S: int = 4096, dims=(64, 128), causals=(False, True), dtype_name: str = "float16", configs=TUNE_CONFIGS,
-         B: int = 4, H: int = 16, rep: int = 25) -> list[dict]:
-    """GPU time of the course's kernel in each tile configuration (checked first, as the sweep)."""
-    import triton
-
+         B: int = 4, H: int = 16, rep: int = 25, rounds: int = ROUNDS) -> list[dict]:
+    """GPU time of the course's kernel in each tile configuration (checked first, as the sweep):
+    the median of ``rounds`` rounds interleaved over the configurations, and their spread."""
     dtype = DTYPES[dtype_name]
     rows = []
     for D in dims:
@@ -310,23 +340,32 @@ def tune(S: int = 4096, dims=(64, 128), causals=(False, True), dtype_name: str =
             q, k, v = (torch.randn(B, H, S, D, generator=g, device="cuda").to(dtype) for _ in range(3))
             heads, idx = [(0, 0), (B - 1, H - 1)], sample_rows(S).cuda()
             ref = sample_reference(q, k, v, causal, heads, idx)
+            timed = []
             for cfg in configs:
                 row = {"dtype": dtype_name, "B": B, "H": H, "S": S, "D": D, "causal": int(causal), **cfg._asdict(),
-                       "graph_ms": float("nan"), "graph_tflops": float("nan"), "max_err": float("nan"), "status": "ok"}
+                       "graph_ms": float("nan"), "graph_tflops": float("nan"), "graph_spread": float("nan"),
+                       "max_err": float("nan"), "status": "ok"}
                 try:
                     call = _launcher(attention_plan(q, k, v, causal, config=cfg), q, k, v)
-                    fn = lambda: call(q, k, v)  # noqa: E731
+                    fn = lambda call=call: call(q, k, v)  # noqa: E731
                     err = max_error(fn(), ref, heads, idx)
                     row["max_err"] = float(f"{err:.2e}")
                     if not err <= CHECK_ATOL[dtype]:
                         row["status"] = f"wrong: max abs error {err:.3g}"
                     else:
-                        ms = float(triton.testing.do_bench_cudagraph(fn, rep=rep, return_mode="median"))
-                        row["graph_ms"], row["graph_tflops"] = round(ms, 4), round(flops(B, H, S, D, causal) / ms / 1e9, 1)
+                        timed.append((row, fn, []))
                 except Exception as e:  # a configuration that does not compile (shared memory) or launch
                     row["status"] = "failed: " + _short(e)
-                _log(f"  D={D} causal={int(causal)} {tuple(cfg)} {row['graph_tflops']} TFLOP/s {row['status']}")
                 rows.append(row)
+            for _ in range(max(1, rounds)):
+                for row, fn, times in timed:
+                    times.append(gpu_ms(fn, rep=rep))
+            for row, fn, times in timed:
+                ms = median(times)
+                row.update(graph_ms=round(ms, 4), graph_tflops=round(flops(B, H, S, D, causal) / ms / 1e9, 1),
+                           graph_spread=round(spread(times), 4))
+                _log(f"  D={D} causal={int(causal)} {row['block_m'], row['block_n'], row['num_warps'], row['num_stages']} "
+                     f"{row['graph_tflops']} TFLOP/s (spread {row['graph_spread']:.0%})")
             del q, k, v
             _free()
     return rows
@@ -354,21 +393,22 @@ def main(argv=None) -> int:
     ap.add_argument("out_csv", help="where to write the rows, e.g. figures/data/attention.csv")
     ap.add_argument("--quick", action="store_true", help="fp16, S = 1K and 4K only")
     ap.add_argument("--tune", action="store_true", help="time the kernel's tile configurations instead")
-    ap.add_argument("--rep", type=int, default=25, help="milliseconds of timing per measurement (default 25)")
+    ap.add_argument("--rep", type=int, default=REP, help=f"milliseconds of timing per measurement (default {REP})")
+    ap.add_argument("--rounds", type=int, default=ROUNDS, help=f"timing rounds per case, median kept (default {ROUNDS})")
     args = ap.parse_args(argv)
     require_gpu()
     VERBOSE[0] = True
     t0 = time.time()
     command = "python -m helpers.attention_bench " + " ".join(argv if argv is not None else sys.argv[1:])
     if args.tune:
-        rows = tune(rep=args.rep)
+        rows = tune(rounds=args.rounds)
         for (D, causal), r in sorted(best_configs(rows).items()):
             print(f"D={D} causal={causal}: best AttentionConfig({r['block_m']}, {r['block_n']}, {r['num_warps']}, "
                   f"{r['num_stages']}) at {r['graph_tflops']} TFLOP/s")
     elif args.quick:
-        rows = sweep(seqs=(1024, 4096), dtypes=("float16",), timer=gpu_timer(args.rep))
+        rows = sweep(seqs=(1024, 4096), dtypes=("float16",), timer=gpu_timer(args.rep), rounds=args.rounds)
     else:
-        rows = sweep(timer=gpu_timer(args.rep))
+        rows = sweep(timer=gpu_timer(args.rep), rounds=args.rounds)
     path = write_csv(Path(args.out_csv), rows, provenance(command))
     bad = [r for r in rows if r["status"] != "ok" and r.get("provider") == "course"]
     print(f"wrote {len(rows)} rows to {path} in {time.time() - t0:.0f} s"
