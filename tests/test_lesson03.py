@@ -1,7 +1,8 @@
-"""Lesson 03's module: the replay of one fused program, the block tables, the recorded H100 data and
-what the lesson prints from it, the figures, and every exercise checker against the right answer,
-the untouched template and the plausible wrong answers (each must get "wrong" with its hint, and an
-out-of-bounds store must be reported without killing the process).
+"""Lesson 03's module and kernel: the fused kernel against the lesson's replay of one program and on
+the lesson's awkward shapes, the live measurements (refused without a GPU), the figures, and every
+exercise checker against the right answer, the untouched template and each plausible wrong answer
+(one test each: "wrong" with the hint that names that mistake; an out-of-bounds store is reported
+and the process lives on).
 
 Every checker must print exactly one line and never raise, whatever the learner wrote.
 """
@@ -9,7 +10,6 @@ Every checker must print exactly one line and never raise, whatever the learner 
 from __future__ import annotations
 
 import math
-import re
 
 import helpers
 import matplotlib
@@ -17,27 +17,26 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from helpers import gpu_data, lesson03
+from helpers import data, lesson03
 from helpers.mode import DEVICE
 from checking import _raises, _untouched, assert_checker_contract, status, verdict
 
 
 # --------------------------------------------------------------------------------------------
-# The kernel, replayed; block layouts; correctness
+# The kernel: one program replayed as the notebook does it; the lesson's shapes
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("n, block, pad", [(1, 1, 0), (5, 8, 3), (781, 1024, 243), (1024, 1024, 0), (1025, 2048, 1023)])
-def test_block_layout(n, block, pad):
-    b = lesson03.block_layout(n)
-    assert (b["BLOCK_SIZE"], b["padding"]) == (block, pad)
-    assert b["threads"] == 32 * b["num_warps"] == 32 * helpers.num_warps_for(block)
-
-
-@pytest.mark.parametrize("bad", [0, -3, 2.5, True, "8"])
-def test_block_layout_rejects_bad_input(bad):
-    with pytest.raises(ValueError):
-        lesson03.block_layout(bad)
+def replay(x: torch.Tensor, row: int):
+    """The notebook's replay of program ``row`` of softmax_fused_kernel, in PyTorch."""
+    n_cols = x.shape[1]
+    block = triton.next_power_of_2(n_cols)
+    cols = torch.arange(block)
+    mask = cols < n_cols
+    xs = torch.full((block,), -torch.inf)
+    xs[mask] = x[row, cols[mask]]
+    numerator = torch.exp(xs - xs.max())
+    return mask, xs, numerator, numerator / numerator.sum()
 
 
 def test_replay_matches_the_kernel_on_every_row():
@@ -45,201 +44,65 @@ def test_replay_matches_the_kernel_on_every_row():
     x = torch.randn(4, 11) * 3
     y = helpers.softmax_fused(x.to(DEVICE)).cpu()
     for row in range(4):
-        r = lesson03.replay_program(x, row)
-        assert r["BLOCK_SIZE"] == 16 and r["mask"].sum() == 11
-        assert torch.isinf(r["x"][11:]).all() and (r["numerator"][11:] == 0).all()
-        torch.testing.assert_close(r["stored"], y[row], atol=1e-6, rtol=1e-5)
+        mask, xs, numerator, out = replay(x, row)
+        assert mask.sum() == 11 and len(mask) == 16
+        assert torch.isinf(xs[11:]).all() and (numerator[11:] == 0).all()
+        torch.testing.assert_close(out[mask], y[row], atol=1e-6, rtol=1e-5)
 
 
-def test_print_replay_says_same(capsys):
-    lesson03.print_replay(torch.tensor([[0.5, -1.0, 2.0]]), 0)
-    out = capsys.readouterr().out
-    assert "(same: True)" in out and "mask = cols < n_cols               -> [T, T, T, F]" in out
-
-
-def test_check_shapes_passes_and_uses_small_shapes_on_cpu(capsys):
-    assert lesson03.check_shapes(helpers.softmax_fused, shapes=[(3, 5), (1, 4), (4, 1)])
-    if not helpers.ON_GPU:
-        assert sum(M for M, _ in lesson03.correctness_shapes()) < 600  # the interpreter: ~10 ms a row
-
-
-@pytest.mark.parametrize("err, text", [(0.0, "exact"), (1.8e-8, "< 1e-07"), (1e-7, "< 1e-06"), (5.0, "< 1e+01"),
-                                       (float("nan"), "NaN"), (float("inf"), "inf")])
-def test_round_up_err(err, text):
-    assert lesson03.round_up_err(err) == text
-
-
-def test_traffic_comparison(capsys):
-    lesson03.print_traffic_comparison(M=4096, N=4096)
-    assert "4.00x fewer bytes" in capsys.readouterr().out
+@pytest.mark.parametrize("M, N", [(181, 78), (1, 4), (4, 1), (128, 256), (48, 512), (96, 64), (3, 5)])
+def test_fused_kernel_on_the_lessons_shapes(M, N):
+    """The notebook's correctness cell (CPU shapes): within 1e-6 of float64, and rows sum to 1."""
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(M, N, generator=g) * 3).to(DEVICE)
+    y = helpers.softmax_fused(x)
+    assert helpers.error_report(y, x).ok(atol=1e-6)
+    torch.testing.assert_close(y.double().sum(-1).cpu(), torch.ones(M, dtype=torch.float64), atol=1e-5, rtol=0)
 
 
 # --------------------------------------------------------------------------------------------
-# Recorded data: the H100, GPU time as the headline, eager beside it
+# Live measurements and figures
 # --------------------------------------------------------------------------------------------
-
-LOADERS = [
-    (lesson03.bandwidth_data, {"dtype", "M", "N", "provider", "graph_frac", "frac_of_copy", "graph_spread", "spread"}),
-    (lesson03.limits_data, {"dtype", "N", "num_warps", "n_regs", "n_spills", "graph_frac", "frac_of_copy", "status"}),
-    (lesson03.gpu_facts, None),
-]
-
-
-@pytest.mark.parametrize("loader, columns", LOADERS, ids=[f.__qualname__ for f, _ in LOADERS])
-def test_recorded_loaders_return_h100_rows_with_provenance(loader, columns):
-    rows, meta = loader(live=False)
-    if columns:
-        assert rows and columns <= set(rows[0])
-    for key in ("gpu", "torch", "triton", "date", "commit"):
-        assert meta.get(key), key
-    assert "H100" in meta["gpu"]
-    assert gpu_data.provenance_line(meta).startswith("Recorded on NVIDIA H100")
 
 
 @pytest.mark.skipif(helpers.ON_GPU, reason="checks the CPU refusal")
-@pytest.mark.parametrize("loader", [f for f, _ in LOADERS])
-def test_live_loaders_refuse_without_a_gpu(loader):
+@pytest.mark.parametrize("fn", [lesson03.bandwidth_rows, lesson03.limits_rows])
+def test_live_measurements_refuse_without_a_gpu(fn):
     with pytest.raises(RuntimeError, match="GPU"):
-        loader(live=True)
-
-
-def test_gpu_facts_print_the_terms_with_the_h100s_numbers(capsys):
-    props, _ = lesson03.gpu_facts(live=False)
-    lesson03.print_gpu_facts(props)
-    out = capsys.readouterr().out
-    for text in ("SMs", "registers per SM", "shared memory per SM", "L2 cache", "DRAM peak", "copy_(x) of 1 GiB, eager",
-                 "from a CUDA graph"):
-        assert text in out, text
-    assert f"{props['sm_count']}" in out and f"{props['l2_bytes'] / 2**20:.0f} MiB" in out
-    assert f"{props['copy_gbps_1GiB']:,.0f} GB/s" in out
-
-
-def test_bandwidth_rows_are_the_m4096_providers():
-    rows, _ = lesson03.bandwidth_data(live=False)
-    assert {r["M"] for r in rows} == {4096}
-    assert {r["provider"] for r in rows} == set(lesson03.BANDWIDTH_PROVIDERS)
-
-
-def test_bandwidth_table_shows_gpu_time_first_and_eager_in_brackets(capsys):
-    rows, _ = lesson03.bandwidth_data(live=False)
-    lesson03.print_bandwidth_table(rows, "float32")
-    out = capsys.readouterr().out
-    r = next(r for r in rows if r["N"] == 1024 and r["provider"] == "fused" and r["dtype"] == "float32")
-    assert f"{r['graph_frac']:.2f} ({r['frac_of_copy']:.2f})" in out
-
-
-def test_speedup_summary_is_computed_from_the_rows(capsys):
-    rows, _ = lesson03.bandwidth_data(live=False)
-    lesson03.speedup_summary(rows, "float32")
-    out = capsys.readouterr().out.splitlines()
-    quiet = lambda r, k: r[k] <= lesson03.SPREAD_LIMIT  # noqa: E731
-    by = {(r["N"], r["provider"]): r for r in rows if r["dtype"] == "float32"}
-    ns = sorted({n for n, _ in by})
-    g = lambda n, p: by[n, p] if quiet(by[n, p], "graph_spread") else None  # noqa: E731
-    naive = [g(n, "torch_naive")["graph_ms"] / g(n, "fused")["graph_ms"] for n in ns if g(n, "torch_naive") and g(n, "fused")]
-    torch_r = {n: g(n, "torch_softmax")["graph_ms"] / g(n, "fused")["graph_ms"] for n in ns
-               if g(n, "torch_softmax") and g(n, "fused")}
-    assert out[0].startswith("GPU time:") and out[1].startswith("eager")
-    assert f"{min(naive):.1f}x to {max(naive):.1f}x faster" in out[0]
-    assert f"{min(torch_r.values()):.2f}x to {max(torch_r.values()):.2f}x the speed" in out[0]
-    behind = [n for n, v in torch_r.items() if v < 1]
-    assert (f"behind at N = {', '.join(map(str, behind))}" if behind else "never behind") in out[0]
-    e = lambda n, p: by[n, p] if quiet(by[n, p], "spread") else None  # noqa: E731
-    naive_e = [e(n, "torch_naive")["ms"] / e(n, "fused")["ms"] for n in ns if e(n, "torch_naive") and e(n, "fused")]
-    assert f"{min(naive_e):.1f}x to {max(naive_e):.1f}x faster" in out[1]
-    assert "largest spread" in out[2]
-
-
-def test_no_conclusion_of_lesson_03_rests_on_a_spread_over_10_percent(capsys):
-    """A cell whose rounds spread over the limit is left out of the summary lines and named; the
-    largest spread the lines rest on is within the limit (recorded data and a made-up noisy cell)."""
-    rows, _ = lesson03.bandwidth_data(live=False)
-    noisy = [dict(r) for r in rows]
-    victim = next(r for r in noisy if r["dtype"] == "float32" and r["provider"] == "torch_naive" and r["N"] == 1024)
-    victim["spread"], victim["ms"] = 3.0, victim["ms"] * 100  # one wild eager round: a huge "speed-up" if used
-    for data in (rows, noisy):
-        lesson03.speedup_summary(data, "float32")
-        out = capsys.readouterr().out
-        worst = re.search(r"rest on: ([\d.]+)% \(GPU time\), ([\d.]+)% \(eager\)", out)
-        assert worst and float(worst[1]) <= 100 * lesson03.SPREAD_LIMIT and float(worst[2]) <= 100 * lesson03.SPREAD_LIMIT, out
-    assert "naive PyTorch (01) at N = 1024 (eager, rounds spread 300%)" in out
-    assert "faster" in out and "x to 100" not in out.splitlines()[1]
-
-
-def test_spread_over_the_limit_is_marked():
-    row = dict(status="ok", graph_frac=0.5, frac_of_copy=0.6, graph_spread=0.2, spread=0.01)
-    assert lesson03._cell(row) == "0.50* (0.60)"
-
-
-def test_small_shape_is_every_provider_at_4096x256(capsys):
-    rows, meta = lesson03.small_shape_rows()
-    assert {(r["M"], r["N"], r["dtype"]) for r in rows} == {(4096, 256, "float32")}
-    assert set(lesson03.TRITON_PROVIDERS) <= {r["provider"] for r in rows}
-    lesson03.print_small_shape(rows)
-    out = capsys.readouterr().out
-    assert "y.copy_(x)" in out and "Liger-Kernel" in out and "host µs" in out
-
-
-def test_ncu_row_of_the_small_case(capsys):
-    row, meta = lesson03.ncu_row("small_fp32_256")
-    assert row["kernel"] == "softmax_tiled_kernel" and "H100" in meta["gpu"]
-    props, _ = lesson03.gpu_facts(live=False)
-    lesson03.print_ncu(row, props)
-    out = capsys.readouterr().out
-    assert f"{row['dram_pct_of_peak']:.1f}% of its peak" in out
-    assert f"{row['achieved_occupancy_pct']:.1f}%" in out
-
-
-def test_above_one_shows_l2_fits_and_the_slow_graph_copy(capsys):
-    rows, _ = lesson03.bandwidth_data(live=False)
-    props, _ = lesson03.gpu_facts(live=False)
-    lesson03.print_above_one(rows, props, "float32")
-    lines = capsys.readouterr().out.splitlines()[2:]
-    fits = {int(line.split()[0]): line.split()[2] for line in lines}
-    for n, f in fits.items():
-        assert f == ("yes" if 2 * 4096 * n * 4 <= props["l2_bytes"] else "no")
-    # what the lesson's prose says: copy above the DRAM peak only where the data fits in L2, and the
-    # copy replayed from a graph slower than eager at the largest size
-    copy = {r["N"]: r for r in rows if r["provider"] == "copy" and r["dtype"] == "float32"}
-    for n, r in copy.items():
-        if r["graph_gbps"] > props["dram_peak_gbps"]:
-            assert 2 * 4096 * n * 4 <= props["l2_bytes"]
-    big = copy[max(copy)]
-    assert big["graph_gbps"] < big["gbps"]
-    assert props["copy_graph_gbps_1GiB"] < props["copy_gbps_1GiB"]
-
-
-def test_limits_table_and_summary(capsys):
-    rows, _ = lesson03.limits_data(live=False)
-    lesson03.print_limits_table(rows, "float32")
-    lesson03.summarize_limits(rows)
-    lesson03.print_short_rows(rows)
-    out = capsys.readouterr().out
-    assert "first spill at N = 65536" in out and "frac GPU" in out and "bytes a row" in out
+        fn()
 
 
 def test_limits_rows_keeps_its_name_for_the_benchmark():
     from helpers import bench  # noqa: F401  (bench.lessons calls lesson03.limits_rows)
 
     assert callable(lesson03.limits_rows)
-    if not helpers.ON_GPU:
-        with pytest.raises(RuntimeError, match="GPU"):
-            lesson03.limits_rows()
-
-
-def test_register_cap_from_the_recorded_props():
-    props, _ = lesson03.gpu_facts(live=False)
-    assert lesson03.register_cap(16) == props["regs_per_sm"] // (32 * 16)
 
 
 @pytest.mark.parametrize("name", sorted(lesson03.FIGURES))
 def test_figures_are_figures(name):
     fig = lesson03.FIGURES[name]()
     try:
-        assert isinstance(fig, matplotlib.figure.Figure)
-        assert fig.axes
+        assert isinstance(fig, matplotlib.figure.Figure) and fig.axes
     finally:
         matplotlib.pyplot.close(fig)
+
+
+def test_every_panel_of_the_limits_figure_has_both_axis_labels():
+    fig = lesson03.plot_limits()
+    try:
+        for ax in fig.axes:
+            assert ax.get_xlabel() and ax.get_ylabel(), ax.get_title()
+    finally:
+        matplotlib.pyplot.close(fig)
+
+
+def test_bandwidth_figure_takes_a_live_frame():
+    """On a GPU the notebook passes the live DataFrame (four N, no other providers)."""
+    bench = data.load("bench", gpu="h100")
+    live = data.frame(bench[bench.N.isin(lesson03.LIVE_NS) & bench.provider.isin(lesson03.BANDWIDTH_PROVIDERS)]
+                      .to_dict("records"), bench.attrs["provenance"])
+    fig = lesson03.plot_bandwidth(live, data.load("device_props"))
+    matplotlib.pyplot.close(fig)
 
 
 def test_figure_names_are_prefixed_by_their_lesson():
@@ -247,7 +110,7 @@ def test_figure_names_are_prefixed_by_their_lesson():
 
 
 # --------------------------------------------------------------------------------------------
-# Exercise 3.1, 3.4: plain Python answers
+# Exercise 3.1: block size and padding
 # --------------------------------------------------------------------------------------------
 
 
@@ -258,28 +121,99 @@ def block_and_padding_right(n):
     return b, b - n
 
 
+def bp_doubles_once_too_often(n):
+    b = 1
+    while b <= n:
+        b *= 2
+    return b, b - n
+
+
+def bp_the_row(n):
+    return n, 0
+
+
+def bp_power_below(n):
+    b = 1 << (n.bit_length() - 1)
+    return b, b - n
+
+
+def bp_padding_is_n(n):
+    return triton.next_power_of_2(n), n
+
+
+def bp_swapped(n):
+    b = triton.next_power_of_2(n)
+    return b - n, b
+
+
+def bp_fraction_wasted(n):
+    b = triton.next_power_of_2(n)
+    return b, (b - n) / b
+
+
+def bp_not_a_pair(n):
+    return triton.next_power_of_2(n)
+
+
+def test_checker_3_1_contract(capsys):
+    assert_checker_contract(capsys, lesson03.check_3_1, block_and_padding_right, bp_the_row, "power of two")
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (bp_doubles_once_too_often, "already a power of two"),
+    (bp_the_row, "must be a power of two"),
+    (bp_power_below, "must hold the whole row"),
+    (bp_padding_is_n, "past the row's end"),
+    (bp_swapped, "in that order"),
+    (bp_fraction_wasted, "a whole number of lanes"),
+    (bp_not_a_pair, "return a pair"),
+], ids=lambda v: getattr(v, "__name__", str(v))[:30])
+def test_checker_3_1_wrong_answers(wrong, hint, capsys):
+    line = verdict(capsys, lesson03.check_3_1, wrong)
+    assert status(line).startswith("wrong") and hint in line, line
+
+
+# --------------------------------------------------------------------------------------------
+# Exercise 3.4: predict a bandwidth-bound time
+# --------------------------------------------------------------------------------------------
+
+
 def predicted_ms_right(M, N, es, gbps):
     return 2 * M * N * es / (gbps * 1e9) * 1e3
 
 
-CASES = [
-    (lesson03.check_3_1, block_and_padding_right, lambda n: (n, 0), "BLOCK_SIZE"),
-    (lesson03.check_3_1, block_and_padding_right, lambda n: (triton.next_power_of_2(n), n), "padding ="),
-    (lesson03.check_3_4, predicted_ms_right, lambda M, N, es, gb: M * N * es / (gb * 1e9) * 1e3, "count the write"),
-    (lesson03.check_3_4, predicted_ms_right, lambda M, N, es, gb: 2 * M * N * es / (gb * 2**30) * 1e3, "10**9"),
-    (lesson03.check_3_4, predicted_ms_right, lambda M, N, es, gb: 2 * M * N * es / (gb * 1e9), "seconds"),
-]
+def test_checker_3_4_contract(capsys):
+    assert_checker_contract(capsys, lesson03.check_3_4, predicted_ms_right,
+                            lambda M, N, es, gb: M * N * es / (gb * 1e9) * 1e3, "count the write")
 
 
-@pytest.mark.parametrize("checker, right, wrong, hint", CASES,
-                         ids=[f"{c.__name__}-{i}" for i, (c, *_rest) in enumerate(CASES)])
-def test_checkers(checker, right, wrong, hint, capsys):
-    assert_checker_contract(capsys, checker, right, wrong, hint)
+@pytest.mark.parametrize("wrong, hint", [
+    (lambda M, N, es, gb: M * N * es / (gb * 1e9) * 1e3, "count the write"),
+    (lambda M, N, es, gb: 4 * M * N * es / (gb * 1e9) * 1e3, "not twice that"),
+    (lambda M, N, es, gb: 2 * M * N * 4 / (gb * 1e9) * 1e3, "fixed 4 bytes"),
+    (lambda M, N, es, gb: 2 * M * N * 2 / (gb * 1e9) * 1e3, "fixed 2 bytes"),
+    (lambda M, N, es, gb: 2 * M * N / (gb * 1e9) * 1e3, "multiply by element_size"),
+    (lambda M, N, es, gb: 2 * M * N * es / (gb * 1e9), "not seconds"),
+    (lambda M, N, es, gb: 2 * M * N * es / (gb * 1e9) * 1e6, "not microseconds"),
+    (lambda M, N, es, gb: 2 * M * N * es / gb * 1e3, "10**9 bytes per second"),
+    (lambda M, N, es, gb: 2 * M * N * es / (gb * 2**30) * 1e3, "not 2**30"),
+    (lambda M, N, es, gb: "fast", "return a number"),
+], ids=["no-write", "twice", "es-4", "es-2", "elements", "seconds", "microseconds", "bytes-per-s", "gib", "str"])
+def test_checker_3_4_wrong_answers(wrong, hint, capsys):
+    line = verdict(capsys, lesson03.check_3_4, wrong)
+    assert status(line).startswith("wrong") and hint in line, line
 
 
-def test_checker_3_4_quotes_the_recorded_h100_run(capsys):
-    line = verdict(capsys, lesson03.check_3_4, predicted_ms_right)
-    assert "the H100's copy bandwidth" in line and "in GPU time" in line and "eager" in line
+def test_checker_3_4_names_only_the_mistake_made(capsys):
+    """A hard-coded element size is not a forgotten write (the two give the same number on 2-byte data)."""
+    line = verdict(capsys, lesson03.check_3_4, lambda M, N, es, gb: 2 * M * N * 4 / (gb * 1e9) * 1e3)
+    assert "count the write" not in line and "element_size" in line, line
+
+
+def test_checker_3_4_never_prints_the_same_expected_and_got(capsys):
+    line = verdict(capsys, lesson03.check_3_4, lambda M, N, es, gb: predicted_ms_right(M, N, es, gb) * (1 + 2e-6))
+    got, expected = line.split("you gave ")[1].split(" ms, expected ")
+    assert got != expected.split(" ms")[0], line
 
 
 # --------------------------------------------------------------------------------------------
@@ -331,6 +265,11 @@ def dim0_out_stride_of_x(x, out, kernel):
     kernel[(N,)](out, x, x.stride(1), x.stride(0), N, M, BLOCK_SIZE=triton.next_power_of_2(M), ACC=tl.float32)
 
 
+def dim0_out_stride_is_the_row_length(x, out, kernel):
+    M, N = x.shape
+    kernel[(N,)](out, x, x.stride(1), x.stride(0), M, M, BLOCK_SIZE=triton.next_power_of_2(M), ACC=tl.float32)
+
+
 def dim0_hardcoded_strides(x, out, kernel):
     M, N = x.shape
     kernel[(N,)](out, x, 1, N, out.stride(0), M, BLOCK_SIZE=triton.next_power_of_2(M), ACC=tl.float32)
@@ -372,6 +311,7 @@ def test_checker_3_2_not_yet(capsys):
     (dim0_clone, "copy of x"),
     (dim0_wrong_out_stride, "out_row_stride"),
     (dim0_out_stride_of_x, "out_row_stride"),
+    (dim0_out_stride_is_the_row_length, "out_row_stride"),
     (dim0_hardcoded_strides, "use x.stride()"),
     (dim0_block_too_small, "BLOCK_SIZE"),
     (dim0_no_launch, "never launched"),
@@ -405,6 +345,64 @@ def scaled_right(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale, 
 @triton.jit
 def scaled_untouched(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale, BLOCK_SIZE: tl.constexpr):
     raise NotImplementedError  # your code here
+
+
+@triton.jit
+def scaled_stores_with_input_stride(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale,
+                                    BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_SIZE)
+    mask = cols < n_cols
+    x = tl.load(in_ptr + row * in_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    z = tl.where(mask, x * scale, -float("inf"))
+    num = tl.exp(z - tl.max(z, axis=0))
+    tl.store(out_ptr + row * in_row_stride + cols, num / tl.sum(num, axis=0), mask=mask)
+
+
+@triton.jit
+def scaled_loads_with_output_stride(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale,
+                                    BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_SIZE)
+    mask = cols < n_cols
+    x = tl.load(in_ptr + row * out_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    z = tl.where(mask, x * scale, -float("inf"))
+    num = tl.exp(z - tl.max(z, axis=0))
+    tl.store(out_ptr + row * out_row_stride + cols, num / tl.sum(num, axis=0), mask=mask)
+
+
+@triton.jit
+def scaled_row_stride_is_n_cols(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale,
+                                BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_SIZE)
+    mask = cols < n_cols
+    x = tl.load(in_ptr + row * n_cols + cols, mask=mask, other=0.0).to(tl.float32)
+    z = tl.where(mask, x * scale, -float("inf"))
+    num = tl.exp(z - tl.max(z, axis=0))
+    tl.store(out_ptr + row * n_cols + cols, num / tl.sum(num, axis=0), mask=mask)
+
+
+@triton.jit
+def scaled_stores_with_n_cols(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale,
+                              BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_SIZE)
+    mask = cols < n_cols
+    x = tl.load(in_ptr + row * in_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    z = tl.where(mask, x * scale, -float("inf"))
+    num = tl.exp(z - tl.max(z, axis=0))
+    tl.store(out_ptr + row * n_cols + cols, num / tl.sum(num, axis=0), mask=mask)
+
+
+@triton.jit
+def scaled_no_load_mask(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale, BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_SIZE)
+    mask = cols < n_cols
+    z = tl.load(in_ptr + row * in_row_stride + cols).to(tl.float32) * scale  # reads past the row's end
+    num = tl.exp(z - tl.max(z, axis=0))
+    tl.store(out_ptr + row * out_row_stride + cols, num / tl.sum(num, axis=0), mask=mask)
 
 
 @triton.jit
@@ -452,6 +450,18 @@ def scaled_no_max_shift(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, 
 
 
 @triton.jit
+def scaled_shifts_by_the_mean(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale,
+                              BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_SIZE)
+    mask = cols < n_cols
+    x = tl.load(in_ptr + row * in_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    z = tl.where(mask, x * scale, 0.0)
+    num = tl.where(mask, tl.exp(z - tl.sum(z, axis=0) / n_cols), 0.0)
+    tl.store(out_ptr + row * out_row_stride + cols, num / tl.sum(num, axis=0), mask=mask)
+
+
+@triton.jit
 def scaled_no_store_mask(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale, BLOCK_SIZE: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_SIZE)
@@ -490,19 +500,28 @@ def scaled_bad_index(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, sca
     tl.store(out_ptr + cols, x)
 
 
-def test_checker_3_3_right_and_not_yet(capsys):
+def test_checker_3_3_right_answer(capsys):
     assert status(verdict(capsys, lesson03.check_3_3, scaled_right)).startswith("correct")
+
+
+def test_checker_3_3_untouched_template_is_not_yet(capsys):
     assert status(verdict(capsys, lesson03.check_3_3, scaled_untouched)).startswith("not yet")
     assert status(verdict(capsys, lesson03.check_3_3, None)).startswith("not yet")
 
 
 @pytest.mark.parametrize("wrong, hint", [
+    (scaled_stores_with_input_stride, "it stores with in_row_stride"),
+    (scaled_loads_with_output_stride, "it loads with out_row_stride"),
+    (scaled_row_stride_is_n_cols, "row to row of x by n_cols"),
+    (scaled_stores_with_n_cols, "row to row of out by n_cols"),
+    (scaled_no_load_mask, "Does tl.load have mask="),
     (scaled_pads_before_scaling, "-inf * scale is +inf"),
     (scaled_max_before_scaling, "the max of x * scale"),
     (scaled_forgets_scale, "softmax(x * scale)"),
     (scaled_no_max_shift, "subtract the row maximum"),
-    (scaled_no_store_mask, "wrote past the end of its output"),
-    (scaled_far_store, "out of bounds"),
+    (scaled_shifts_by_the_mean, "subtract the row maximum"),
+    (scaled_no_store_mask, "does tl.store have mask="),
+    (scaled_far_store, "wrong"),
     (scaled_writes_input, "changed its input"),
     (scaled_bad_index, "raised"),
     (lambda *a: None, "@triton.jit"),
@@ -512,8 +531,24 @@ def test_checker_3_3_wrong_answers(wrong, hint, capsys):
     assert status(line).startswith("wrong") and hint in line, line
 
 
-def test_the_max_before_scaling_is_right_without_the_hostile_case():
-    """The hostile case is what catches it: on a negative scale with a narrow spread, taking the max
+def test_the_row_stride_mistake_is_named_for_both_tensors(capsys):
+    line = verdict(capsys, lesson03.check_3_3, scaled_row_stride_is_n_cols)
+    assert "row to row of x by n_cols" in line and "row to row of out by n_cols" in line, line
+
+
+def test_isolated_max_rows_break_every_shift_but_the_max():
+    """The checker's rows: exp overflows in float32 for a shift by nothing, the mean, the min or any
+    element other than the maximum; only the maximum gives finite numerators."""
+    z = lesson03.isolated_max_rows(4, 20, torch.Generator().manual_seed(0))
+    for row in z:
+        top = row.max()
+        assert torch.isfinite(torch.exp(row - top)).all()
+        for shift in [torch.tensor(0.0), row.mean(), row.min(), *[v for v in row if v != top]]:
+            assert torch.isinf(torch.exp(row - shift)).any(), float(shift)
+
+
+def test_the_max_before_scaling_is_right_without_the_isolated_rows():
+    """The isolated rows are what catches it: on a negative scale with a narrow spread, taking the max
     before scaling gives the right answer (softmax ignores a shift), so only a wide spread shows it."""
     x = torch.randn(4, 13, generator=torch.Generator().manual_seed(0))
     xd = x.to(DEVICE)
@@ -523,8 +558,8 @@ def test_the_max_before_scaling_is_right_without_the_hostile_case():
 
 
 def test_an_out_of_bounds_store_leaves_the_process_alive(capsys):
-    """The far store is stopped before it touches memory; the checker reports it and this test
-    (the same process) goes on to run a correct kernel."""
+    """The far store is reported as wrong; the checker and this test (the same process) go on to
+    run a correct kernel."""
     line = verdict(capsys, lesson03.check_3_3, scaled_far_store)
     assert status(line).startswith("wrong")
     assert status(verdict(capsys, lesson03.check_3_3, scaled_right)).startswith("correct")
