@@ -14,7 +14,9 @@ bfloat16. y is a real softmax output (of a random normal x) and dy is random nor
 - ``torch_naive_backward``: the formula as PyTorch ops, ``y * (dy - (y * dy).sum(-1, keepdim=True))``.
 
 Every provider is checked against the float64 formula before it is timed; one that is wrong (or
-fails) at a shape is reported in ``status`` and not timed. Each is then timed three ways:
+fails) at a shape is reported in ``status`` and not timed. Each is then timed three ways, in
+``ROUNDS`` rounds interleaved over the providers (medians kept; ``spread`` and ``graph_spread`` are
+(max - min) / median of the rounds of ``ms`` and ``graph_ms``):
 
 - ``ms``: ``triton.testing.do_bench`` median (eager: launches included; L2 flushed between calls);
 - ``graph_ms``: ``triton.testing.do_bench_cudagraph`` median (GPU time alone, from a CUDA graph,
@@ -47,7 +49,10 @@ from .mode import DEVICE, ON_GPU
 M_ROWS = 4096
 NS = (1024, 2048, 4096, 8192, 12672, 16384, 32768)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-COLUMNS = ("dtype", "M", "N", "provider", "ms", "graph_ms", "frac_of_copy", "graph_frac", "host_us", "max_err", "status")
+COLUMNS = ("dtype", "M", "N", "provider", "ms", "graph_ms", "frac_of_copy", "graph_frac", "host_us", "spread",
+           "graph_spread", "max_err", "status")
+#: Timing rounds per shape, interleaved over the providers (a slow spell of the GPU hits them all alike).
+ROUNDS = 3
 
 #: Largest error allowed against the float64 formula, as a fraction of the largest |dx|.
 REL_TOL = {torch.float32: 1e-5, torch.float64: 1e-12, torch.float16: 1e-2, torch.bfloat16: 3e-2}
@@ -118,7 +123,7 @@ def inputs(M: int, N: int, dtype, device=None, seed: int = 0) -> tuple[torch.Ten
 
 
 def measure(M: int, N: int, dtype, provs: dict | None = None, *, timers: dict | None = None, device=None,
-            seed: int = 0) -> list[dict]:
+            seed: int = 0, rounds: int = ROUNDS) -> list[dict]:
     """The rows of one shape: every provider checked against float64, then timed (``timers``: name
     -> fn(callable) -> number, the GPU timers by default; tests pass their own)."""
     provs = providers() if provs is None else provs
@@ -147,18 +152,28 @@ def measure(M: int, N: int, dtype, provs: dict | None = None, *, timers: dict | 
         except Exception as e:  # report, never hide: the CSV says which provider failed where, and why
             row.update(max_err=float("nan"), status=_status(e))
         rows[name] = row
-    for name, fn in ok.items():
-        call = (lambda fn=fn: fn(y, dy, out))
-        for key, timer in timers.items():
-            try:
-                rows[name][key] = timer(call)
-            except Exception as e:  # e.g. a capture that fails: keep the other timings and say why
-                rows[name][key] = float("nan")
-                rows[name]["status"] = f"{key} {_status(e)}"
-                _sync_quietly()
+    times = {name: {key: [] for key in timers} for name in ok}
+    for _ in range(rounds):
+        for name, fn in ok.items():
+            call = (lambda fn=fn: fn(y, dy, out))
+            for key, timer in timers.items():
+                if key in rows[name]:  # this timer failed in an earlier round
+                    continue
+                try:
+                    times[name][key].append(timer(call))
+                except Exception as e:  # e.g. a capture that fails: keep the other timings and say why
+                    rows[name][key] = float("nan")
+                    rows[name]["status"] = f"{key} {_status(e)}"
+                    _sync_quietly()
+    for name, by_key in times.items():
+        for key, v in by_key.items():
+            if key not in rows[name] and v:
+                rows[name][key] = sorted(v)[len(v) // 2]
+                if key in ("ms", "graph_ms"):
+                    rows[name]["spread" if key == "ms" else "graph_spread"] = (max(v) - min(v)) / rows[name][key]
     t_copy = rows.get("copy", {})
     for name, row in rows.items():
-        for key in ("ms", "graph_ms", "host_us"):
+        for key in ("ms", "graph_ms", "host_us", "spread", "graph_spread"):
             row.setdefault(key, float("nan"))
         for frac, key in (("frac_of_copy", "ms"), ("graph_frac", "graph_ms")):
             tc, t = t_copy.get(key, float("nan")), row[key]

@@ -383,7 +383,18 @@ def test_bench_rows_fractions_and_failures():
     assert math.isclose(by["torch_backward"]["graph_frac"], 1.5 * 2.0 / 6.0)
     assert by["course"]["host_us"] == 3000.0
     assert by["wrong"]["status"].startswith("wrong") and math.isnan(by["wrong"]["ms"])
-    assert len(order) == 3 * 3  # three timers for each of the three right providers
+    assert len(order) == 3 * 3 * backward_bench.ROUNDS  # three timers for each of the three right providers, per round
+    assert by["course"]["spread"] == 0.0 and by["course"]["graph_spread"] == 0.0 and math.isnan(by["wrong"]["spread"])
+
+
+def test_bench_spread_is_max_minus_min_over_the_median_of_the_rounds():
+    ticks = iter([1.0, 2.0, 1.2, 1.0, 1.1, 1.0] * 10)  # copy and course alternate: copy 1.0/1.2/1.1, course 2.0/1.0/1.0
+    provs = {k: v for k, v in backward_bench.providers().items() if k in ("copy", "course")}
+    rows = backward_bench.measure(2, 16, torch.float32, provs, timers={"graph_ms": lambda call: next(ticks)}, device=DEVICE)
+    by = {r["provider"]: r for r in rows}
+    assert by["copy"]["graph_ms"] == 1.1 and math.isclose(by["copy"]["graph_spread"], (1.2 - 1.0) / 1.1, abs_tol=1e-6)
+    assert by["course"]["graph_ms"] == 1.0 and math.isclose(by["course"]["graph_spread"], 1.0)
+    assert math.isclose(by["course"]["graph_frac"], 1.5 * 1.1 / 1.0, abs_tol=1e-6) and math.isnan(by["course"]["spread"])
 
 
 def test_bench_a_failing_timer_is_reported_not_raised():
