@@ -1,10 +1,6 @@
-"""Lesson 03 · Fused softmax in Triton: what the notebook does not need to show.
-
-The lesson's figures (drawn from the DataFrames the notebook shows: ``helpers.data.load`` of the
-recorded H100 data on the CPU, a live measurement on a GPU), its live measurements (``*_rows``, GPU
-only; ``helpers.bench lessons`` records ``limits_rows`` as fused_limits.csv) and the checkers of
-exercises 3.1 to 3.4. The tables and the numbers the prose quotes are derived in the notebook.
-"""
+"""Lesson 03 · Fused softmax in Triton: its figures (drawn from the DataFrames the notebook shows),
+its live measurements (``*_rows``, GPU only; ``helpers.bench lessons`` records ``limits_rows``) and
+the checkers of exercises 3.1 to 3.4. Tables and the numbers the prose quotes live in the notebook."""
 
 from __future__ import annotations
 
@@ -27,9 +23,7 @@ BANDWIDTH_PROVIDERS = ("copy", "torch_naive", "torch_softmax", "fused")
 LIVE_NS = (256, 1024, 4096, 16384)
 
 
-# --------------------------------------------------------------------------------------------
-# Live measurements (GPU only)
-# --------------------------------------------------------------------------------------------
+# Live measurements (GPU only) ----------------------------------------------------------------
 
 
 def bandwidth_rows(M: int = 4096, ns=LIVE_NS) -> list[dict]:
@@ -44,10 +38,8 @@ def bandwidth_rows(M: int = 4096, ns=LIVE_NS) -> list[dict]:
 
 
 def _timed(fn, rounds: int) -> tuple[float, float]:
-    """(median, spread) of ``fn`` over ``rounds`` values."""
-    t = sorted(fn() for _ in range(rounds))
-    med = t[len(t) // 2]
-    return med, (t[-1] - t[0]) / med
+    t = sorted(fn() for _ in range(rounds))  # (median, spread) over rounds
+    return t[len(t) // 2], (t[-1] - t[0]) / t[len(t) // 2]
 
 
 def limits_rows(dtypes=("float32", "bfloat16"), total_bytes: int = 2**28, rounds: int = 3) -> list[dict]:
@@ -57,10 +49,8 @@ def limits_rows(dtypes=("float32", "bfloat16"), total_bytes: int = 2**28, rounds
     require_gpu("limits_rows")
     rows = []
     for d in dtypes:
-        dtype = DTYPES[d]
-        es = dtype.itemsize
-        for k in range(8, 19):
-            N = 2**k
+        dtype, es = DTYPES[d], DTYPES[d].itemsize
+        for N in (2**k for k in range(8, 19)):
             M = max(1, total_bytes // (N * es))
             row = dict(dtype=d, M=M, N=N, block=N, num_warps=num_warps_for(N))
             try:
@@ -73,10 +63,8 @@ def limits_rows(dtypes=("float32", "bfloat16"), total_bytes: int = 2**28, rounds
                 run = lambda: softmax_fused_kernel[(M,)](*args, **kw)  # noqa: E731
                 run()
                 err = (out.double() - torch.softmax(x.double(), -1)).abs().max().item()
-                copy_g, _ = _timed(lambda: gpu_ms(lambda: y.copy_(x)), rounds)
-                copy_e, _ = _timed(lambda: eager_ms(lambda: y.copy_(x)), rounds)
-                g, g_spread = _timed(lambda: gpu_ms(run), rounds)
-                e, e_spread = _timed(lambda: eager_ms(run), rounds)
+                (copy_g, _), (copy_e, _), (g, g_spread), (e, e_spread) = (
+                    _timed(lambda: t(f), rounds) for f in (lambda: y.copy_(x), run) for t in (gpu_ms, eager_ms))
                 row.update(n_regs=c.n_regs, n_spills=c.n_spills, shared=c.metadata.shared, status="ok",
                            graph_ms=g, ms=e, graph_frac=copy_g / g, frac_of_copy=copy_e / e,
                            graph_gbps=2 * M * N * es / g / 1e6, max_err=err, graph_spread=g_spread, spread=e_spread)
@@ -91,9 +79,7 @@ def limits_rows(dtypes=("float32", "bfloat16"), total_bytes: int = 2**28, rounds
     return rows
 
 
-# --------------------------------------------------------------------------------------------
-# Figures
-# --------------------------------------------------------------------------------------------
+# Figures --------------------------------------------------------------------------------------
 
 
 def plot_program_grid(M: int = 4, N: int = 13):
@@ -207,20 +193,15 @@ def plot_limits(limits=None, props=None):
 FIGURES = {"03_program_grid": plot_program_grid, "03_fused_bandwidth": plot_bandwidth, "03_fused_limits": plot_limits}
 
 
-# --------------------------------------------------------------------------------------------
 # Exercise checkers: each prints one line (correct / not yet / wrong) and never raises. Learner
 # kernels run through helpers.exercises on guarded buffers whose rows are further apart than their
 # length, with NaN between the rows: a load past a row's end puts NaN into the output, a store
 # there breaks the padding, and a stride taken from the wrong tensor puts rows in the wrong place.
-# --------------------------------------------------------------------------------------------
 
 
 def _as_int(v, what):
-    if isinstance(v, torch.Tensor) and v.numel() == 1:
-        v = v.item()
-    if isinstance(v, float) and v.is_integer():
-        v = int(v)
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+    v = v.item() if isinstance(v, torch.Tensor) and v.numel() == 1 else v
+    if isinstance(v, bool) or not (isinstance(v, (int, np.integer)) or isinstance(v, float) and v.is_integer()):
         raise Wrong(f"{what} should be a whole number of lanes (an int), got {type(v).__name__} {v!r}")
     return int(v)
 
@@ -235,12 +216,10 @@ def _trial_3_1(block_and_padding) -> str:
         if (block, pad) == (want - n, want) and block != pad:
             raise Wrong(f"for N = {n} you returned ({block}, {pad}): return (BLOCK_SIZE, padding), in that order")
         if block != want:
-            if block == 2 * n and want == n:
-                hint = f"{n} is already a power of two, so the row fills its block exactly: stop doubling once the block holds the row"
-            elif block < n:
-                hint = "the block must hold the whole row: the smallest power of two that is at least N"
-            else:
-                hint = "BLOCK_SIZE must be a power of two (tl.arange requires it), the smallest one that is at least N"
+            hint = (f"{n} is already a power of two, so the row fills its block exactly: stop doubling once the block "
+                    f"holds the row" if block == 2 * n == 2 * want else
+                    "the block must hold the whole row: the smallest power of two that is at least N" if block < n else
+                    "BLOCK_SIZE must be a power of two (tl.arange requires it), the smallest one that is at least N")
             raise Wrong(f"for N = {n} you gave BLOCK_SIZE = {block}, expected {want}: {hint}")
         if pad != want - n:
             raise Wrong(f"for N = {n} (BLOCK_SIZE = {want}) you gave padding = {pad}, expected {want - n}: "
@@ -261,8 +240,7 @@ class _KernelSpy:
     launch and runs the real kernel through ``run_learner_kernel`` (guarded output)."""
 
     def __init__(self, kernel, outputs):
-        self.kernel, self.outputs, self.launches = kernel, outputs, []
-        self.fn, self.arg_names = kernel.fn, getattr(kernel, "arg_names", None)
+        self.kernel, self.outputs, self.launches, self.fn = kernel, outputs, [], kernel.fn
 
     def __getitem__(self, grid):
         def launch(*args, **kwargs):
@@ -270,17 +248,10 @@ class _KernelSpy:
             run_learner_kernel(self.kernel, grid, *args, outputs=self.outputs, **kwargs)
         return launch
 
-    def __repr__(self) -> str:
-        return "softmax_fused_kernel"
-
-
-_FUSED_ARGS = ("out_ptr", "in_ptr", "in_row_stride", "in_col_stride", "out_row_stride", "n_cols")
-
 
 def _launch_args(args, kwargs) -> dict:
-    got = dict(zip(_FUSED_ARGS, args))
-    got.update({k: v for k, v in kwargs.items() if k in _FUSED_ARGS or k == "BLOCK_SIZE"})
-    return got
+    names = ("out_ptr", "in_ptr", "in_row_stride", "in_col_stride", "out_row_stride", "n_cols", "BLOCK_SIZE")
+    return {**dict(zip(names, args)), **{k: v for k, v in kwargs.items() if k in names}}
 
 
 def _dim0_hint(launch, x: torch.Tensor, out: torch.Tensor) -> str:
@@ -327,34 +298,30 @@ def _trial_3_2(softmax_dim0) -> str:
         shape = f"{M} x {N}" + (f" (a slice of a wider tensor, strides {x.stride()})" if xs else "")
         try:
             softmax_dim0(x, out, spy)
-        except NotImplementedError:
-            raise
         except Wrong:  # from run_learner_kernel: an access outside x and out
             hint = _dim0_hint(spy.launches[-1], x, out) if spy.launches else "check the launch's arguments"
             raise Wrong(f"on x of shape {shape} the kernel reached memory outside x and out: {hint}") from None
         except Exception as e:
-            if not spy.launches:
+            if not spy.launches or isinstance(e, NotImplementedError):
                 raise
-            msg = str(e).strip().splitlines()[-1][:120] if str(e).strip() else ""
+            msg = (str(e).strip().splitlines() or [""])[-1][:120]
             raise Wrong(f"on x of shape {shape} the launch raised {type(e).__name__}: {msg} "
                         f"({_dim0_hint(spy.launches[-1], x, out)})") from None
-        if not spy.launches:
-            raise Wrong("your function never launched the kernel it was given: call kernel[grid](...) once")
-        if len(spy.launches) > 1:
-            raise Wrong(f"launch the kernel once (one program per column), not {len(spy.launches)} times")
+        if len(spy.launches) != 1:
+            raise Wrong(f"launch the kernel once (one program per column), not {len(spy.launches)} times" if spy.launches
+                        else "your function never launched the kernel it was given: call kernel[grid](...) once")
         a = _launch_args(spy.launches[0][1], spy.launches[0][2])
         xin, o = a.get("in_ptr"), a.get("out_ptr")
         if not isinstance(xin, torch.Tensor) or not isinstance(o, torch.Tensor):
             raise Wrong("pass out and x themselves as the kernel's first two arguments (out_ptr, in_ptr)")
-        if xin.untyped_storage().data_ptr() != x.untyped_storage().data_ptr():
-            raise Wrong("the kernel read a copy of x (x.t().contiguous() or similar moves the whole tensor "
-                        "through memory once more): pass x itself and let the strides do the transposing")
-        if xin.data_ptr() != x.data_ptr():
-            raise Wrong("in_ptr must point at x's first element: pass x itself")
-        if o.data_ptr() != out.data_ptr():
-            raise Wrong("write into the out tensor you were given (pass it as out_ptr)")
-        if not torch.equal(x, before):
-            raise Wrong("x changed: the kernel must only read it")
+        for bad, why in ((xin.untyped_storage().data_ptr() != x.untyped_storage().data_ptr(),
+                          "the kernel read a copy of x (x.t().contiguous() or similar moves the whole tensor through "
+                          "memory once more): pass x itself and let the strides do the transposing"),
+                         (xin.data_ptr() != x.data_ptr(), "in_ptr must point at x's first element: pass x itself"),
+                         (o.data_ptr() != out.data_ptr(), "write into the out tensor you were given (pass it as out_ptr)"),
+                         (not torch.equal(x, before), "x changed: the kernel must only read it")):
+            if bad:
+                raise Wrong(why)
         ref = torch.softmax(x.detach().cpu().double(), dim=0)
         got = out.detach().cpu().double().t()
         if torch.isnan(got).any():
@@ -441,11 +408,7 @@ def _run_3_3(kernel, data: torch.Tensor, scale: float, rs_in: int, rs_out: int, 
 
 def _differ(e: float, g: float) -> tuple[str, str]:
     """Two numbers printed with enough digits to tell them apart."""
-    for d in (4, 6, 9, 17):
-        a, b = f"{e:.{d}g}", f"{g:.{d}g}"
-        if a != b:
-            return a, b
-    return repr(e), repr(g)
+    return next(((f"{e:.{d}g}", f"{g:.{d}g}") for d in (4, 6, 9) if f"{e:.{d}g}" != f"{g:.{d}g}"), (repr(e), repr(g)))
 
 
 def _trial_3_3(kernel) -> str:
@@ -472,22 +435,21 @@ def _trial_3_3(kernel) -> str:
         if where:
             raise Wrong(f"{on}: {where}")
         padded = N & (N - 1) != 0
-        if bad_nan and scale < 0 and padded and rows == "randn":
-            hint = ("your output has NaN: the padding lanes load -inf, and -inf * scale is +inf when scale < 0. "
-                    "Give the padding lanes -inf after scaling (tl.where with the mask)")
-        elif bad_nan and rows == "isolated" and scale < 0:
-            hint = ("your output has NaN on rows where only a shift by the maximum of x * scale keeps exp finite: with "
-                    "scale < 0 the largest x * scale comes from the smallest x. Take the max of x * scale, after scaling")
-        elif bad_nan and rows == "isolated":
-            hint = ("your output has NaN on rows where only a shift by the row maximum keeps exp finite: did you "
-                    "subtract the row maximum (of x * scale) before tl.exp?")
-        elif bad_nan:
-            hint = ("your output has NaN, and every input value is finite: the checker puts NaN just past the end of "
-                    "each row, so a load reached past the row's end. Does tl.load have mask=cols < n_cols?")
-        elif bad_pad:
-            hint = ("your kernel wrote past the end of a row of out (into the padding after it): does tl.store "
-                    "have mask=cols < n_cols?")
-        else:
+        hints = ((bad_nan and scale < 0 and padded and rows == "randn",
+                  "your output has NaN: the padding lanes load -inf, and -inf * scale is +inf when scale < 0. "
+                  "Give the padding lanes -inf after scaling (tl.where with the mask)"),
+                 (bad_nan and rows == "isolated" and scale < 0,
+                  "your output has NaN on rows where only a shift by the maximum of x * scale keeps exp finite: with "
+                  "scale < 0 the largest x * scale comes from the smallest x. Take the max of x * scale, after scaling"),
+                 (bad_nan and rows == "isolated",
+                  "your output has NaN on rows where only a shift by the row maximum keeps exp finite: did you "
+                  "subtract the row maximum (of x * scale) before tl.exp?"),
+                 (bad_nan, "your output has NaN, and every input value is finite: the checker puts NaN just past the "
+                           "end of each row, so a load reached past the row's end. Does tl.load have mask=cols < n_cols?"),
+                 (bad_pad, "your kernel wrote past the end of a row of out (into the padding after it): does tl.store "
+                           "have mask=cols < n_cols?"))
+        hint = next((h for bad, h in hints if bad), "")
+        if not hint:
             r, c = divmod(int((got - ref).abs().argmax()), N)
             e, o = _differ(float(ref[r, c]), float(got[r, c]))
             hint = f"out[{r}, {c}] should be {e} (softmax(x * scale)), you wrote {o}"
@@ -503,10 +465,6 @@ def check_3_3(scaled_softmax_kernel) -> None:
 # Exercise 3.4: predict a bandwidth-bound time ------------------------------------------------
 
 
-def _ms(M, N, element_size, gbps) -> float:
-    return 2 * M * N * element_size / (gbps * 1e9) * 1e3
-
-
 #: A wrong answer off by the same factor on every case, and what that factor means.
 _FACTORS_3_4 = ((0.5, "count the write as well as the read: 2 · M · N · element_size bytes"),
                 (2.0, "each element is read once and written once: 2 · M · N · element_size bytes, not twice that"),
@@ -519,32 +477,27 @@ _FACTORS_3_4 = ((0.5, "count the write as well as the read: 2 · M · N · eleme
 def _trial_3_4(predicted_ms) -> str:
     cases = [(4096, 4096, 4, 4000.0), (1, 1, 4, 1.0), (65536, 1024, 2, 3350.0), (1024, 65536, 4, 2000.0), (3, 5, 8, 10.0)]
     got = []
-    for M, N, es, gb in cases:
-        v = call_attempt(predicted_ms, M, N, es, gb)
-        if isinstance(v, torch.Tensor) and v.numel() == 1:
-            v = v.item()
+    for c in cases:
+        v = call_attempt(predicted_ms, *c)
+        v = v.item() if isinstance(v, torch.Tensor) and v.numel() == 1 else v
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise Wrong(f"return a number of milliseconds, got {type(v).__name__}")
         got.append(float(v))
-    want = [_ms(*c) for c in cases]
+    want = [2 * M * N * es / (gb * 1e9) * 1e3 for M, N, es, gb in cases]
     bad = [i for i, (v, w) in enumerate(zip(got, want)) if not math.isclose(v, w, rel_tol=1e-6)]
     if not bad:
         return "e.g. a 4096 x 4096 float32 softmax at 4,000 GB/s: at least 0.0336 ms"
     same = lambda rs: all(math.isclose(r, rs[0], rel_tol=1e-3) for r in rs)  # noqa: E731
     ratio = [v / w for v, w in zip(got, want)]
     per_byte = [r * c[2] for r, c in zip(ratio, cases)]  # constant when element_size was ignored
-    hint = ""
+    hint, size = "", round(per_byte[0])
     if same(ratio):
         hint = next((why for f, why in _FACTORS_3_4 if math.isclose(ratio[0], f, rel_tol=1e-3)), "")
-    elif same(per_byte):
-        size = per_byte[0] / 1 if math.isclose(per_byte[0], round(per_byte[0]), rel_tol=1e-3) else None
-        if size == 1:
-            hint = "multiply by element_size: the bandwidth counts bytes, not elements"
-        elif size:
-            hint = f"use element_size: your answer fits a fixed {round(size)} bytes an element"
+    elif same(per_byte) and size and math.isclose(per_byte[0], size, rel_tol=1e-3):
+        hint = ("multiply by element_size: the bandwidth counts bytes, not elements" if size == 1 else
+                f"use element_size: your answer fits a fixed {size} bytes an element")
     i = bad[0]
-    M, N, es, gb = cases[i]
-    e, o = _differ(want[i], got[i])
+    (M, N, es, gb), (e, o) = cases[i], _differ(want[i], got[i])
     raise Wrong(f"for M = {M}, N = {N}, {es}-byte elements at {gb:g} GB/s you gave {o} ms, expected {e} ms"
                 + (f" ({hint})" if hint else ""))
 
