@@ -16,13 +16,14 @@ NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
 export PYTHONHASHSEED := 0
 export MPLBACKEND := Agg
 
-.PHONY: help venv test test-unit test-notebooks test-no-triton lab execute tidy export figures bench tune lock clean
+.PHONY: help venv test test-unit test-notebooks test-no-triton test-latest lab execute tidy export figures bench tune lock clean
 
 help:
 	@echo "make venv       create .venv with the course's pinned packages (CPU build of torch)"
 	@echo "make lab        JupyterLab on the course (ARGS=\"--port 8890 --ip 0.0.0.0\" passes arguments to it)"
 	@echo "make test       helpers' tests + every notebook under strict nbval (CPU)"
 	@echo "make test-no-triton  the same as on macOS/Windows, with Triton hidden: lessons 01-02 run, kernels skip"
+	@echo "make test-latest  the exercise checkers' tests in .venv-latest: requirements.txt without constraints.txt"
 	@echo "make execute    re-execute all notebooks in place to refresh their stored outputs"
 	@echo "make export     regenerate helpers/kernels/*.py from the lessons' \`#| export:\` cells"
 	@echo "make figures    regenerate the PNG figures under figures/"
@@ -67,6 +68,27 @@ NO_TRITON_PATH = $(CURDIR)/tests/no_triton$(if $(PYTHONPATH),$(PATHSEP)$(PYTHONP
 test-no-triton: venv
 	PYTHONPATH="$(NO_TRITON_PATH)" $(BIN)/python -m pytest -q -rs tests notebooks --nbval --nbval-cell-timeout=300 \
 		--nbval-sanitize-with tests/no_triton/nbval_sanitize.cfg
+
+# The exercise checkers in a second environment: .venv-latest gets requirements.txt's ranges alone, without
+# constraints.txt, which is what `pip install -r requirements.txt` gives a cloud notebook (the newest torch
+# and Triton the ranges allow). There every checker's right-answer and wrong-answer tests run: the shared
+# mechanism (tests/test_exercises_framework.py, whole) and, in the lesson tests, the tests whose names say
+# "checker" or "bounds" (a few minutes on a 2-core CPU). Rebuilt when requirements.txt changes.
+VENV_LATEST  ?= .venv-latest
+BIN_LATEST   := $(VENV_LATEST)/$(notdir $(BIN))
+LATEST_STAMP := $(VENV_LATEST)/.installed-stamp
+LESSON_TESTS := $(sort $(wildcard tests/test_lesson0*.py))
+
+$(LATEST_STAMP): requirements.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV_LATEST)
+	$(BIN_LATEST)/python -m pip install -q --upgrade pip
+	$(BIN_LATEST)/python -m pip install -q -r requirements.txt
+	touch $(LATEST_STAMP)
+
+test-latest: $(LATEST_STAMP)
+	@$(BIN_LATEST)/python -c "import torch, triton; print('test-latest: torch', torch.__version__, '/ Triton', triton.__version__)"
+	$(BIN_LATEST)/python -m pytest -q tests/test_exercises_framework.py
+	$(BIN_LATEST)/python -m pytest -q $(LESSON_TESTS) -k "checker or bounds"
 
 # tools/lab.py adds --allow-root as root and --no-browser without a display; ARGS go to JupyterLab.
 ARGS ?=

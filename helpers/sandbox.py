@@ -162,9 +162,13 @@ def kernel_spec(k, _depth: int = 0):
         raise SandboxError("kernels call each other more than 16 levels deep")
     try:
         src = textwrap.dedent(inspect.getsource(fn))
-    except (OSError, TypeError) as e:
+        top = ast.parse(src).body
+    except (OSError, TypeError, SyntaxError) as e:
         raise SandboxError(f"cannot find the source of the kernel {fn.__name__!r} ({e}): define it in a "
-                           "notebook cell or a file") from None
+                           "notebook cell or a file (and run that again if its file changed)") from None
+    if len(top) != 1 or not isinstance(top[0], ast.FunctionDef) or top[0].name != fn.__name__:
+        raise SandboxError(f"the source of the kernel {fn.__name__!r} changed since it was defined: run the cell "
+                           "(or reload the module) that defines it again")
     closure = {}
     if fn.__closure__:
         closure = dict(zip(fn.__code__.co_freevars, (c.cell_contents for c in fn.__closure__)))
