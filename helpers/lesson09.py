@@ -1,0 +1,399 @@
+"""Lesson 09: softmax over a vocabulary, top-k and sampling in one read of the logits.
+
+What the lesson's cells call and a learner need not read: the key probe, the correctness and
+frequency checks, the exercise checkers (9.1 the merge of two states, 9.2 the sampling step in
+Triton) and the live measurement (``sampling_rows``, also used by ``tools/sampling_bench.py``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import torch
+import triton
+import triton.language as tl
+
+from . import data
+from .exercises import Wrong, call_attempt, check, fmt, guarded, is_untouched, run_learner_kernel
+from .kernels.sampling import sample, softmax_topk, topk_keys
+from .mode import DEVICE, ON_GPU
+
+# --------------------------------------------------------------------------------------------
+# Keys, and the library's kernels against float64
+# --------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _keys_probe(out_ptr, in_ptr, n, BLOCK: tl.constexpr):
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(in_ptr + cols, mask=cols < n, other=0.0)
+    tl.store(out_ptr + cols, topk_keys(x, cols.to(tl.int64), n), mask=cols < n)
+
+
+def keys_of(x: torch.Tensor) -> torch.Tensor:
+    """The int64 keys ``topk_keys`` gives the logits of a 1-D float32 tensor (column j for entry j)."""
+    x = x.to(DEVICE, torch.float32).contiguous()
+    out = torch.empty(x.shape, dtype=torch.int64, device=DEVICE)
+    _keys_probe[(1,)](out, x, x.numel(), BLOCK=triton.next_power_of_2(x.numel()))
+    return out.cpu()
+
+
+def topk_cases():
+    """(name, x, k): irregular rows, -inf entries, a row of only -inf, leading dimensions, a
+    transposed view, k = 1 and k = N, ties, bfloat16."""
+    g = torch.Generator().manual_seed(9)
+    r = lambda *s: torch.randn(*s, generator=g) * 3
+    inf = r(3, 300)
+    inf[0, :250] = float("-inf")
+    inf[1, ::3] = float("-inf")
+    inf[2] = float("-inf")
+    ties = torch.tensor([[1.0, 2.0, 2.0, 0.5, 2.0, -1.0, 2.0]])
+    return [("37 columns, k = 5", r(3, 37), 5), ("300 columns with -inf, k = 50", inf, 50),
+            ("leading dimensions (2, 3, 45), k = 45", r(2, 3, 45), 45), ("a transposed view, k = 1", r(40, 3).t(), 1),
+            ("ties, k = 3", ties, 3), ("bfloat16, 100 columns, k = 7", r(2, 100).to(torch.bfloat16), 7)]
+
+
+def topk_error(fn, x: torch.Tensor, k: int) -> float:
+    """Largest error of ``fn(x, k)`` against float64, NaN where torch gives NaN; indices checked
+    through the probabilities they point at (ties may pick either column). inf on a mismatch."""
+    x_before = x.clone()
+    values, indices = fn(x.to(DEVICE), k)
+    values, indices = values.cpu(), indices.cpu()
+    if not torch.equal(x.cpu(), x_before):
+        return math.inf
+    p = torch.softmax(x.double(), -1)
+    want = p.topk(k).values
+    if values.shape != want.shape or indices.shape != want.shape or values.dtype != x.dtype:
+        return math.inf
+    nan = torch.isnan(want)
+    if not torch.equal(torch.isnan(values), nan):
+        return math.inf
+    ok = ~nan
+    err = (values.double() - want)[ok].abs().max().item() if ok.any() else 0.0
+    at = p.gather(-1, indices)[ok] if ok.any() else torch.zeros(0)
+    return max(err, (at - want[ok]).abs().max().item() if at.numel() else 0.0)
+
+
+def check_softmax_topk(fn=softmax_topk) -> bool:
+    """Every case of ``topk_cases`` within its dtype's tolerance (bfloat16: the values' rounding)."""
+    ok = True
+    for _, x, k in topk_cases():
+        tol = 1e-2 if x.dtype == torch.bfloat16 else 1e-6
+        ok &= topk_error(fn, x, k) <= tol
+    return bool(ok)
+
+
+# --------------------------------------------------------------------------------------------
+# The draws' frequencies against the exact distribution
+# --------------------------------------------------------------------------------------------
+
+VOCAB = torch.tensor([2.0, 1.6, 1.5, 1.0, 0.7, 0.3, 0.0, -0.5, -1.0, -2.0])
+SETTINGS = ({"temperature": 0.7, "top_k": 4, "top_p": 0.8}, {"top_p": 0.6}, {"temperature": 1.5}, {"top_k": 3})
+
+
+def exact_probs(logits: torch.Tensor, temperature=1.0, top_k=None, top_p=None) -> torch.Tensor:
+    """The float64 distribution ``sample`` draws from, for one row: temperature, top-k renormalized,
+    then the nucleus (the mass before a token below top_p), renormalized."""
+    p = torch.softmax(logits.double() / temperature, -1)
+    order = p.argsort(descending=True)
+    q = torch.zeros_like(p)
+    keep = order[: top_k or len(p)]
+    q[keep] = p[keep] / p[keep].sum()
+    if top_p is not None:
+        qs = q[order]
+        drop = order[(qs.cumsum(0) - qs) >= top_p]
+        q[drop] = 0.0
+        q = q / q.sum()
+    return q
+
+
+def frequency_check(draws: int = 2000, settings=SETTINGS, seed: int = 0, fn=sample) -> pd.DataFrame:
+    """Draw ``draws`` tokens per setting of ``SETTINGS`` from ``VOCAB`` in one call each, and compare
+    the counts with ``exact_probs`` by a chi-square statistic against its 0.1% critical value
+    (Wilson-Hilferty), and count draws outside the kept tokens."""
+    rows = []
+    for i, s in enumerate(settings):
+        q = exact_probs(VOCAB, **s)
+        logits = VOCAB.to(DEVICE).expand(draws, len(VOCAB))  # one row, read `draws` times (row stride 0)
+        ids = fn(logits, generator=torch.Generator(device=DEVICE).manual_seed(seed + i), **s).cpu()
+        counts = torch.bincount(ids, minlength=len(VOCAB)).double()
+        kept = q > 0
+        chi2 = (((counts - draws * q)[kept]) ** 2 / (draws * q[kept])).sum().item()
+        df = max(int(kept.sum()) - 1, 1)
+        crit = df * (1 - 2 / (9 * df) + 3.09 * math.sqrt(2 / (9 * df))) ** 3
+        rows.append({"setting": ", ".join(f"{k}={v}" for k, v in s.items()), "tokens kept": int(kept.sum()),
+                     "chi2": round(chi2, 3), "critical (0.1%)": round(crit, 3),
+                     "draws outside": int(counts[~kept].sum()), "agrees": bool(chi2 < crit and counts[~kept].sum() == 0)})
+    return pd.DataFrame(rows).set_index("setting")
+
+
+# --------------------------------------------------------------------------------------------
+# Exercise 9.1: merge two states
+# --------------------------------------------------------------------------------------------
+
+
+def state_of(x: torch.Tensor, k: int):
+    m = x.max()
+    d = torch.exp(x - m).sum() if m > float("-inf") else torch.zeros((), dtype=x.dtype)
+    v, c = x.topk(k)
+    return m, d, v, c
+
+
+def merge_answer(a, b, k):
+    (m_a, d_a, v_a, c_a), (m_b, d_b, v_b, c_b) = a, b
+    m = torch.maximum(m_a, m_b)
+    d = d_a + d_b if m == float("-inf") else d_a * torch.exp(m_a - m) + d_b * torch.exp(m_b - m)
+    v, at = torch.cat([v_a, v_b]).topk(k)
+    return m, d, v, torch.cat([c_a, c_b])[at]
+
+
+def _cases_9_1():
+    g = torch.Generator().manual_seed(91)
+    x = torch.randn(12, generator=g, dtype=torch.float64) * 2
+    far = x.clone()
+    far[7:] += 40.0  # the second part's maximum far above the first's
+    half = x.clone()
+    half[:6] = float("-inf")
+    return [(x, 6), (x, 3), (far, 6), (half, 6), (torch.full((12,), float("-inf"), dtype=torch.float64), 6)]
+
+
+def _trial_9_1(fn) -> str:
+    k = 3
+    for x, cut in _cases_9_1():
+        a, b = state_of(x[:cut], k), state_of(x[cut:], k)
+        b = (b[0], b[1], b[2], b[3] + cut)
+        keep = [t.clone() for t in a + b]
+        got = call_attempt(fn, a, b, k)
+        if not all(torch.equal(t, s) for t, s in zip(a + b, keep)):
+            raise Wrong("your merge changed its inputs: build new tensors instead")
+        where = f"on a row of 12 cut after column {cut}" + (" (maxima far apart)" if x.max() > 30 else "") + \
+            (" (the first part only -inf)" if x[0] == float("-inf") and x.max() > float("-inf") else "") + \
+            (" (only -inf: two identities)" if x.max() == float("-inf") else "")
+        if not (isinstance(got, (tuple, list)) and len(got) == 4):
+            raise Wrong(f"{where}: return the four parts (m, d, values, columns)")
+        m, d, v, c = (torch.as_tensor(t).cpu() for t in got)
+        M, D, V, C = state_of(x, k)
+        if v.numel() != k or c.numel() != k:
+            raise Wrong(f"{where}: you kept {v.numel()} candidates: keep exactly k = {k}, the k largest of both lists")
+        if torch.isnan(d).any():
+            raise Wrong(f"{where}: d is NaN: two states of only -inf must merge to the identity (-inf, 0), "
+                        f"exp(-inf - (-inf)) is NaN")
+        if not (m.double() == M or torch.isclose(m.double(), M)):
+            raise Wrong(f"{where}: m should be the larger maximum {fmt(M)}, got {fmt(m)}")
+        if not torch.isclose(d.double(), D, rtol=1e-9, atol=0):
+            if D > 0 and torch.isclose(d.double(), a[1] + b[1], rtol=1e-9):
+                raise Wrong(f"{where}: merging without rescaling: move each sum to the new maximum, "
+                            f"d = d_A e^(m_A - m) + d_B e^(m_B - m)")
+            if D > 0 and torch.isclose(d.double(), a[1] * torch.exp(m - a[0]) + b[1] * torch.exp(m - b[0]), rtol=1e-9):
+                raise Wrong(f"{where}: the factor is e^(m_A - m), at most 1: the sum moves down to the larger maximum")
+            raise Wrong(f"{where}: d should be {fmt(D)}, got {fmt(d)}")
+        if not torch.equal(v.double(), V):
+            if torch.equal(v.double(), torch.cat([a[2], b[2]])[:k]):
+                raise Wrong(f"{where}: keep the k largest values of both lists, not the first k of their concatenation")
+            if torch.equal(v.double().sort(descending=True).values, V):
+                raise Wrong(f"{where}: the values must be in descending order (largest first)")
+            raise Wrong(f"{where}: values should be {fmt(V)}, got {fmt(v)}")
+        if x.max() > float("-inf") and not torch.equal(c.long(), C):
+            raise Wrong(f"{where}: the columns must move with their values: columns should be {C.tolist()}, "
+                        f"got {c.tolist()}")
+    return f"on {len(_cases_9_1())} cuts, two identities included"
+
+
+def check_9_1(merge) -> None:
+    """Exercise 9.1: ``merge(a, b, k)`` of two states (m, d, values, columns)."""
+    check("9.1", "merge two states", merge, _trial_9_1)
+
+
+# --------------------------------------------------------------------------------------------
+# Exercise 9.2: the sampling step, in Triton
+# --------------------------------------------------------------------------------------------
+
+K_9_2 = 8
+#: (sorted logits, k, top_p, temperature): a nucleus inside a top-k, a top token above top_p, a
+#: temperature that matters, a top-k alone.
+CASES_9_2 = (([3.0, 2.5, 2.0, 1.0, 0.5, 0.0, -1.0, -2.0], 6, 0.8, 0.7),
+             ([5.0, 1.0, 0.5, 0.4, 0.2, 0.0, -0.5, -1.0], 4, 0.5, 1.0),
+             ([1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3], 8, 1.0, 0.5),
+             ([0.5, 0.4, 0.3, 0.2, 0.1, 0.0, -0.1, -0.2], 3, 1.0, 1.0))
+U_9_2 = 24
+
+
+def positions(v, k, top_p, temperature, u, mistake=None) -> torch.Tensor:
+    """The positions the sampling step picks for uniforms ``u`` (float64), or what ``mistake`` picks."""
+    v = torch.tensor(v, dtype=torch.float64)
+    lane = torch.arange(len(v))
+    live = lane <= k if mistake == "k_plus_1" else (lane < len(v) if mistake == "no_top_k" else lane < k)
+    z = v if mistake == "temp_after" else v / temperature
+    q = torch.where(live, torch.exp(z - z.max()), 0.0)
+    q = q / (torch.exp(z - z.max()).sum() if mistake == "no_renorm" else q.sum())
+    incl = q.cumsum(0)
+    keep = live & ((incl < top_p) if mistake == "drop_top" else (incl - q < top_p))
+    kept = torch.where(keep, q, 0.0).sum()
+    target = u[:, None] * (1.0 if mistake == "no_mass" else kept)
+    pos = (keep & (incl <= target)).sum(-1)
+    return torch.minimum(pos, keep.sum() - 1)
+
+
+HINTS_9_2 = {
+    "drop_top": "your top-p drops the top token: keep a token while the mass *before* it is below top_p "
+                "(the exclusive cumulative sum, incl - q), so the most probable token always stays",
+    "temp_after": "the temperature must divide the logits before the softmax (logits * inv_temp): "
+                  "scaling probabilities after it changes nothing once they are renormalized",
+    "k_plus_1": "you keep k + 1 tokens: the top-k lanes are lane < k",
+    "no_top_k": "no top-k: only the first k lanes may be drawn",
+    "no_renorm": "renormalize over the top k before the nucleus (q / sum of the k kept), as Hugging Face does",
+    "no_mass": "scale u by the kept mass: the target is u * (sum of the kept q), not u",
+}
+
+
+def _uniforms():
+    u = (torch.arange(U_9_2, dtype=torch.float64) + 0.5) / U_9_2
+    return u
+
+
+def _trial_9_2(kernel) -> str:
+    if not hasattr(kernel, "__getitem__") or not hasattr(kernel, "fn"):
+        raise Wrong("sample_step_kernel must be a Triton kernel: decorate it with @triton.jit")
+    if is_untouched(kernel):
+        raise NotImplementedError
+    u = _uniforms()
+    R, stride = len(CASES_9_2) * U_9_2, K_9_2 + 5
+    logits, uu = guarded((R, K_9_2), row_stride=stride), guarded((R,))
+    out = guarded((R,), dtype=torch.int64, fill=-1)
+    for i, (v, _, _, _) in enumerate(CASES_9_2):
+        logits[i * U_9_2:(i + 1) * U_9_2] = torch.tensor(v).to(logits.device)
+        uu[i * U_9_2:(i + 1) * U_9_2] = u.float().to(uu.device)
+    for i, (v, k, top_p, temp) in enumerate(CASES_9_2):  # one launch per setting: they are arguments
+        rows = slice(i * U_9_2, (i + 1) * U_9_2)
+        run_learner_kernel(kernel, (U_9_2,), out[rows], logits[rows], uu[rows], stride, k, top_p, 1.0 / temp,
+                           K=K_9_2, outputs=[out])
+    got = out.cpu()
+    for i, (v, k, top_p, temp) in enumerate(CASES_9_2):
+        mine = got[i * U_9_2:(i + 1) * U_9_2]
+        want = positions(v, k, top_p, temp, u)
+        where = f"with k = {k}, top_p = {top_p}, temperature = {temp}"
+        if torch.equal(mine, want):
+            continue
+        if (mine == -1).any():
+            raise Wrong(f"{where}: some rows got nothing stored: does every program store at out_ptr + row?")
+        for mistake, hint in HINTS_9_2.items():
+            if torch.equal(mine, positions(v, k, top_p, temp, u, mistake)):
+                raise Wrong(f"{where}: {hint}")
+        raise Wrong(f"{where}: for u = {fmt(u[:6], 3)}... the positions should be {want[:6].tolist()}..., got "
+                    f"{mine[:6].tolist()}... Does each program read its K logits at logits_ptr + row * row_stride?")
+    return f"{len(CASES_9_2) * U_9_2} draws, every position as float64 picks"
+
+
+def check_9_2(sample_step_kernel) -> None:
+    """Exercise 9.2: the sampling step (temperature, top-k, top-p, inverse CDF) as a Triton kernel."""
+    check("9.2", "the sampling step, in Triton", sample_step_kernel, _trial_9_2)
+
+
+# --------------------------------------------------------------------------------------------
+# Live measurement (on a GPU): used by the lesson's cell and tools/sampling_bench.py
+# --------------------------------------------------------------------------------------------
+
+
+def hf_sample(logits, temperature=0.7, top_k=50, top_p=0.9, generator=None):
+    """Hugging Face's logits-processor chain: temperature, top-k, top-p by sort and cumsum, multinomial."""
+    x = logits.float() / temperature
+    x = x.masked_fill(x < x.topk(top_k, dim=-1).values[..., -1:], float("-inf"))
+    xs, order = x.sort(dim=-1)
+    drop = xs.softmax(-1).cumsum(-1) <= 1 - top_p
+    drop[..., -1] = False
+    x = x.scatter(-1, order, xs.masked_fill(drop, float("-inf")))
+    return torch.multinomial(x.softmax(-1), 1, generator=generator)[..., 0]
+
+
+def torch_softmax_topk(x, k=50):
+    return torch.softmax(x.float(), -1).topk(k)
+
+
+PROVIDERS = ("copy", "course_softmax_topk", "course_sample", "torch_softmax_topk", "torch_hf_sample",
+             "compile_softmax_topk", "compile_hf_sample", "flashinfer_sample")
+
+
+def providers(names=PROVIDERS) -> dict:
+    """Name -> function(x) (or None where not installed). Compiled ones are compiled once, dynamic."""
+    p = {"course_softmax_topk": lambda x: softmax_topk(x, 50),
+         "course_sample": lambda x: sample(x, temperature=0.7, top_k=50, top_p=0.9),
+         "torch_softmax_topk": torch_softmax_topk, "torch_hf_sample": hf_sample}
+    if "compile_softmax_topk" in names or "compile_hf_sample" in names:
+        p["compile_softmax_topk"] = torch.compile(torch_softmax_topk, dynamic=True)
+        p["compile_hf_sample"] = torch.compile(hf_sample, dynamic=True)
+    try:
+        import flashinfer.sampling as fs
+
+        p["flashinfer_sample"] = lambda x: fs.top_k_top_p_sampling_from_logits(x.float() / 0.7, 50, 0.9)
+    except Exception:
+        p["flashinfer_sample"] = None
+    return {n: p.get(n) for n in names if n != "copy"}
+
+
+def sampling_rows(shapes, dtypes=("float32", "bfloat16"), names=PROVIDERS, rounds: int = 3, quick: bool = False):
+    """On a GPU: each provider at each (M, N) and dtype, checked (the course's top-k against float64),
+    then timed: GPU time (CUDA graph), eager time, host time per call; ``rounds`` rounds with spread."""
+    from .measure import DTYPES, eager_ms, gpu_ms, host_us, require_gpu
+
+    require_gpu("sampling_rows")
+    provs = providers(names)
+    med = lambda v: sorted(v)[len(v) // 2]
+    spread = lambda v: (max(v) - min(v)) / med(v) if all(math.isfinite(t) for t in v) else float("nan")
+    out = []
+    for dt in dtypes:
+        for M, N in shapes:
+            x = torch.randn(M, N, device="cuda", dtype=DTYPES[dt], generator=torch.Generator("cuda").manual_seed(0)) * 3
+            y = torch.empty_like(x)
+            fns, status = {"copy": lambda: y.copy_(x)}, {"copy": "ok"}
+            for name, fn in provs.items():
+                if fn is None:
+                    status[name] = "not installed"
+                    continue
+                try:
+                    res = fn(x)
+                    if name == "course_softmax_topk":
+                        want = torch.softmax(x.double(), -1).topk(50).values
+                        err = (res[0].double() - want).abs().max().item()
+                        if not err <= (1e-2 if dt == "bfloat16" else 1e-5):
+                            raise AssertionError(f"max abs error {err:.1e}")
+                    torch.cuda.synchronize()
+                    fns[name], status[name] = (lambda fn=fn: fn(x)), "ok"
+                except Exception as e:  # reported in the CSV, never hidden
+                    status[name] = f"failed: {type(e).__name__}: {str(e).strip()[:80]}".replace(",", ";").replace("\n", " ")
+            t = {n: {"graph": [], "eager": []} for n in fns}
+            for _ in range(1 if quick else rounds):
+                for n, fn in fns.items():
+                    t[n]["eager"].append(eager_ms(fn, rep=20 if quick else 40))
+                    try:
+                        t[n]["graph"].append(gpu_ms(fn, rep=10 if quick else 20))
+                    except Exception as e:
+                        status[n] = f"ok (no CUDA graph: {type(e).__name__})"
+                        t[n]["graph"].append(float("nan"))
+            floor = med(t["copy"]["graph"]) / 2 if fns else float("nan")
+            for n, st in status.items():
+                r = {"dtype": dt, "M": M, "N": N, "provider": n, "graph_us": float("nan"), "eager_us": float("nan"),
+                     "host_us": float("nan"), "graph_spread": float("nan"), "spread": float("nan"),
+                     "frac_of_one_read": float("nan"), "status": st}
+                if n in fns:
+                    g = med(t[n]["graph"])
+                    r.update(graph_us=g * 1e3, eager_us=med(t[n]["eager"]) * 1e3, graph_spread=spread(t[n]["graph"]),
+                             spread=spread(t[n]["eager"]), frac_of_one_read=floor / g,
+                             host_us=host_us(fns[n], calls=20 if quick else 50))
+                out.append({k: (round(v, 4) if isinstance(v, float) and math.isfinite(v) else v) for k, v in r.items()})
+            del x, y
+            torch.cuda.empty_cache()
+    return out
+
+
+def bench_frame(shapes, dtypes=("float32",), names=("copy", "course_softmax_topk", "course_sample",
+                                                    "torch_softmax_topk", "torch_hf_sample")) -> pd.DataFrame:
+    """``sampling_rows`` as a DataFrame with its provenance (the lesson's live cell, on a GPU)."""
+    from .gpu_data import provenance
+
+    return data.frame(sampling_rows(shapes, dtypes, names, quick=True), provenance("lesson 09, live"))
+
+
+__all__ = ["keys_of", "topk_cases", "topk_error", "check_softmax_topk", "exact_probs", "frequency_check",
+           "state_of", "merge_answer", "check_9_1", "positions", "check_9_2", "hf_sample", "sampling_rows",
+           "bench_frame", "ON_GPU"]
