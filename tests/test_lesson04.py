@@ -1,7 +1,7 @@
-"""Lesson 04's module: the online trace against the kernel, the hard rows, the traffic table, the
-recorded rows-grow data (H100, GPU time and eager) and its cache model, the figures, and every
-exercise checker against the right answer, the untouched template and the plausible wrong answers
-(an out-of-bounds store must be reported without killing the process).
+"""Lesson 04's module and kernels: the online trace against the kernel, the looped kernels on the
+hard rows, the rows-grow measurement's CPU refusal, the figures, and every exercise checker against
+the right answer, the untouched template and one plausible wrong answer per test (an out-of-bounds
+store among them), each expected to get the hint that names its mistake.
 
 Every checker must print exactly one line and never raise, whatever the learner wrote.
 """
@@ -16,57 +16,55 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from helpers import gpu_data, lesson04
+from helpers import data, lesson04
 from helpers.mode import DEVICE
-from checking import _untouched, assert_checker_contract, status, verdict
+from checking import assert_checker_contract, status, verdict
 
+NEG_INF = float("-inf")
 
 # --------------------------------------------------------------------------------------------
-# The online trace
+# The online trace, and the looped kernels
 # --------------------------------------------------------------------------------------------
+
+
+def _example():
+    return torch.tensor(lesson04.TRACE_ROW), lesson04.TRACE_BLOCK
 
 
 def test_worked_trace_has_block_maxima_3_5_2():
-    x, b = lesson04.trace_example()
-    steps = lesson04.online_trace(x, b)
-    assert [s["block_max"] for s in steps] == [3.0, 5.0, 2.0]
-    assert [s["m_new"] for s in steps] == [3.0, 5.0, 5.0]
-    assert steps[0]["d_old"] == 0.0
-    assert steps[1]["alpha"] == pytest.approx(math.exp(-2))
-    assert steps[2]["alpha"] == 1.0
-    x64 = x.double()
-    assert steps[-1]["d_new"] == pytest.approx(float(torch.exp(x64 - 5).sum()), rel=1e-12)
+    x, b = _example()
+    t = lesson04.online_trace(x, b)
+    assert t["block_max"].tolist() == [3.0, 5.0, 2.0]
+    assert t["m_new"].tolist() == [3.0, 5.0, 5.0]
+    assert t["d_old"].iloc[0] == 0.0
+    assert t["alpha"].iloc[1] == pytest.approx(math.exp(-2))
+    assert t["alpha"].iloc[2] == 1.0
+    assert t["d_new"].iloc[-1] == pytest.approx(float(torch.exp(x.double() - 5).sum()), rel=1e-12)
 
 
-def test_worked_trace_equals_the_kernel(capsys):
-    x, b = lesson04.trace_example()
-    assert lesson04.check_trace_against_kernel(x, b) < 1e-6
-    kernel = helpers.softmax_online(x[None].to(DEVICE), block_size=b)[0].cpu().double()
-    torch.testing.assert_close(lesson04.trace_softmax(x, lesson04.online_trace(x, b)), kernel, atol=1e-7, rtol=1e-6)
-
-
-@pytest.mark.parametrize("block", [1, 2, 8, 64])
+@pytest.mark.parametrize("block", [1, 2, 4, 8, 64])
 def test_trace_equals_kernel_on_random_rows(block):
     g = torch.Generator().manual_seed(block)
     x = torch.randn(50, generator=g) * 4
-    steps = lesson04.online_trace(x, block)
-    assert steps[-1]["m_new"] == float(x.max())
+    t = lesson04.online_trace(x, block)
+    m, d = t["m_new"].iloc[-1], t["d_new"].iloc[-1]
+    assert m == float(x.max())
     kernel = helpers.softmax_online(x[None].to(DEVICE), block_size=block)[0].cpu().double()
-    torch.testing.assert_close(lesson04.trace_softmax(x, steps), kernel, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(torch.exp(x.double() - m) / d, kernel, atol=1e-6, rtol=1e-5)
 
 
 def test_trace_without_rescale_is_wrong():
-    x, b = lesson04.trace_example()
-    good = lesson04.online_trace(x, b)[-1]["d_new"]
-    bad = lesson04.online_trace(x, b, rescale=False)[-1]["d_new"]
+    x, b = _example()
+    good = lesson04.online_trace(x, b)["d_new"].iloc[-1]
+    bad = lesson04.online_trace(x, b, rescale=False)["d_new"].iloc[-1]
     assert bad > good * 1.5
 
 
 def test_trace_handles_leading_neg_inf_blocks():
-    x = torch.tensor([float("-inf")] * 4 + [1.0, 2.0])
-    steps = lesson04.online_trace(x, 2)
-    assert steps[0]["m_new"] == float("-inf") and steps[0]["d_new"] == 0.0
-    assert not math.isnan(steps[-1]["d_new"])
+    x = torch.tensor([NEG_INF] * 4 + [1.0, 2.0])
+    t = lesson04.online_trace(x, 2)
+    assert t["m_new"].iloc[0] == NEG_INF and t["d_new"].iloc[0] == 0.0
+    assert not math.isnan(t["d_new"].iloc[-1])
 
 
 @pytest.mark.parametrize("bad", [torch.zeros(2, 3), torch.zeros(0)])
@@ -75,88 +73,64 @@ def test_trace_rejects_bad_rows(bad):
         lesson04.online_trace(bad, 2)
 
 
-def test_hard_rows_pass(capsys):
-    assert lesson04.run_hard_rows(block_size=16, n_cols=40)
-    assert "NaN (right)" in capsys.readouterr().out
+def test_trace_rejects_bad_block_sizes():
+    for b in (0, 1.5, True):
+        with pytest.raises(ValueError):
+            lesson04.online_trace(torch.ones(3), b)
 
 
-def test_online_attention_matches_softmax_times_v():
-    g = torch.Generator().manual_seed(7)
-    s = torch.randn(13, generator=g, dtype=torch.float64) * 3
-    V = torch.randn(13, 4, generator=g, dtype=torch.float64)
-    for b in (1, 3, 13):
-        torch.testing.assert_close(lesson04.online_attention(s, V, b), torch.softmax(s, 0) @ V)
+def _hard_rows(n: int = 40) -> dict:
+    g = torch.Generator().manual_seed(0)
+    rows = {"random": torch.randn(n, generator=g) * 2}
+    x = torch.randn(n, generator=g)
+    x[n - 3] = 200.0
+    rows["late max"] = x
+    x = torch.randn(n, generator=g)
+    x[: n // 2 + 5] = NEG_INF
+    rows["leading -inf"] = x
+    x = torch.randn(n, generator=g)
+    x[0] = 50.0
+    rows["first slot"] = x
+    rows["all -inf"] = torch.full((n,), NEG_INF)
+    return rows
 
 
-def test_traffic_table_fractions(capsys):
-    lesson04.print_traffic_table(M=8, N=16)
-    out = capsys.readouterr().out
-    assert "0.500" in out and "0.667" in out and "1.000" in out
+@pytest.mark.parametrize("fn", [helpers.softmax_three_pass, helpers.softmax_online])
+def test_looped_kernels_get_the_hard_rows_right(fn):
+    """The rows of the lesson's 'Rows that break careless versions' section: NaN where the reference
+    has NaN (a row of only -inf), within 1e-6 elsewhere."""
+    for name, x in _hard_rows().items():
+        y = fn(x.to(DEVICE)[None, :], block_size=16)
+        rep = helpers.error_report(y, x[None, :])
+        assert rep.ok(atol=1e-6), (name, rep)
+    assert torch.isnan(helpers.softmax_online(torch.full((1, 40), NEG_INF, device=DEVICE), block_size=16)).all()
+
+
+def test_traffic_of_the_looped_kernels():
+    from helpers.traffic import kernel_traffic
+
+    M, N = 8, 16
+    total = {k: sum(kernel_traffic(k, M, N).values()) / (M * N) for k in ("three_pass", "online", "fused")}
+    assert total == {"three_pass": 4, "online": 3, "fused": 2}
 
 
 # --------------------------------------------------------------------------------------------
-# Rows grow: the recorded H100 run, GPU time first, its cross-check and its cache model
+# Rows grow: the measurement, the recording and the figures
 # --------------------------------------------------------------------------------------------
-
-
-def test_rows_grow_is_the_h100_recording_with_both_timings():
-    rows, meta = lesson04.rows_grow_data(live=False)
-    assert "H100" in meta["gpu"] and gpu_data.provenance_line(meta).startswith("Recorded on NVIDIA H100")
-    assert {"graph_frac", "frac_of_copy", "graph_spread", "spread", "status"} <= set(rows[0])
 
 
 @pytest.mark.skipif(helpers.ON_GPU, reason="checks the CPU refusal")
 def test_rows_grow_live_refuses_without_a_gpu():
     with pytest.raises(RuntimeError, match="GPU"):
-        lesson04.rows_grow_data(live=True)
-    with pytest.raises(RuntimeError, match="GPU"):
         lesson04.rows_grow_rows()
 
 
-def test_rows_grow_table_and_summary_come_from_the_rows(capsys):
-    rows, _ = lesson04.rows_grow_data(live=False)
-    lesson04.print_rows_grow_table(rows, "float32")
-    lesson04.rows_grow_summary(rows, "float32", sm_count=132)
-    out = capsys.readouterr().out
-    r = next(r for r in rows if r["N"] == 65536 and r["provider"] == "online")
-    assert f"{r['graph_frac']:.2f} ({r['frac_of_copy']:.2f})" in out
-    assert "refused" in out
-    few = sorted(r["M"] for r in rows if r["provider"] == "online" and r["M"] < 132)
-    assert all(f"(M = {M})" in out for M in few)
-
-
-def test_the_looped_kernels_reach_their_bounds_only_for_long_rows():
-    """What the lesson's prose says about the recording, checked against it."""
-    rows, _ = lesson04.rows_grow_data(live=False)
-    by = {(r["N"], r["provider"]): r["graph_frac"] for r in rows if gpu_data.ok(r)}
-    assert by[1024, "three_pass"] > 0.9 and by[1024, "online"] > 0.9
-    assert abs(by[32768, "three_pass"] - 0.5) < 0.05 and abs(by[32768, "online"] - 2 / 3) < 0.05
-    assert by[65536, "fused"] < 0.8 and (131072, "fused") not in by
-
-
-def test_rows_in_flight_model():
-    rows, _ = lesson04.rows_grow_data(live=False)
-    props, _ = gpu_data.device_props(live=False)
-    model = lesson04.rows_in_flight(rows, props)
-    first = model[0]
-    assert first["resident"] == min(props["max_threads_per_sm"] // (32 * first["num_warps"]), 32) * props["sm_count"]
-    assert first["fits"] and not model[-1]["fits"]
-    # where the model says the rows fit but the measurement has already dropped: the lesson says so
-    assert any(m["fits"] and m["three_pass"] < 0.7 for m in model)
-
-
-def test_crosscheck_with_the_sweep(capsys):
-    rows, _ = lesson04.rows_grow_data(live=False)
-    sweep, _ = gpu_data.bench()
-    lesson04.crosscheck_with_sweep(rows, sweep)
-    out = capsys.readouterr().out
-    assert "1024x65536" in out and "sweep spreads" in out
-    lesson04.crosscheck_with_sweep(rows, [])
-    assert "no shape in common" in capsys.readouterr().out
-
-
-def test_rows_grow_rows_keeps_its_name_for_the_benchmark():
-    assert callable(lesson04.rows_grow_rows)
+def test_rows_grow_recording_has_what_the_lesson_reads():
+    grow = data.load("rows_grow")
+    assert "H100" in grow.attrs["provenance"]["gpu"]
+    assert {"dtype", "M", "N", "provider", "graph_frac", "frac_of_copy", "graph_spread", "status"} <= set(grow)
+    assert set(lesson04.ROWS_GROW_PROVIDERS) == set(grow["provider"])
+    assert (grow["M"] * grow["N"]).nunique() == 1  # a fixed total size
 
 
 @pytest.mark.parametrize("name", sorted(lesson04.FIGURES))
@@ -168,96 +142,19 @@ def test_figures_are_figures(name):
         matplotlib.pyplot.close(fig)
 
 
-def test_figure_names_and_given_rows():
+def test_figures_draw_given_data():
     assert lesson04.FIGURES and all(k.startswith("04_") for k in lesson04.FIGURES)
-    rows, meta = lesson04.rows_grow_data(live=False)
-    matplotlib.pyplot.close(lesson04.plot_rows_grow(rows[:15], meta))
+    grow = data.load("rows_grow")
+    fig = lesson04.plot_rows_grow(grow[grow["N"] <= 8192])
+    assert len(fig.axes[0].lines) >= 4
+    matplotlib.pyplot.close(fig)
+    matplotlib.pyplot.close(lesson04.plot_trace(lesson04.online_trace(torch.tensor([NEG_INF, 1.0, 2.0]), 1)))
 
 
 # --------------------------------------------------------------------------------------------
-# Exercise 4.1: the online pass in Triton (kernels defined here, after `helpers` chose the mode)
+# Exercise 4.1: the online pass in Triton. A learner writes the row pointers and pass 1; pass 2
+# is given. Each variant below is the right answer with one plausible mistake.
 # --------------------------------------------------------------------------------------------
-
-NEG = -float("inf")
-
-
-@triton.jit
-def online_right(out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_cols, BLOCK_SIZE: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    row_start = in_ptr + row * in_row_stride
-    out_start = out_ptr + row * out_row_stride
-    cols = tl.arange(0, BLOCK_SIZE)
-    m = tl.full((), -float("inf"), tl.float32)
-    d = tl.zeros((), tl.float32)
-    for start in range(0, n_cols, BLOCK_SIZE):
-        offs = start + cols
-        x = tl.load(row_start + offs * in_col_stride, mask=offs < n_cols, other=-float("inf")).to(tl.float32)
-        m_new = tl.maximum(m, tl.max(x, axis=0))
-        alpha = tl.where(m_new == -float("inf"), 1.0, tl.exp(m - m_new))
-        d = d * alpha + tl.sum(tl.where(x == -float("inf"), 0.0, tl.exp(x - m_new)), axis=0)
-        m = m_new
-    for start in range(0, n_cols, BLOCK_SIZE):
-        offs = start + cols
-        mask = offs < n_cols
-        x = tl.load(row_start + offs * in_col_stride, mask=mask, other=-float("inf")).to(tl.float32)
-        tl.store(out_start + offs, tl.exp(x - m) / d, mask=mask)
-
-
-@triton.jit
-def online_untouched(out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_cols, BLOCK_SIZE: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    row_start = in_ptr + row * in_row_stride
-    out_start = out_ptr + row * out_row_stride
-    cols = tl.arange(0, BLOCK_SIZE)
-    m = tl.full((), -float("inf"), tl.float32)
-    d = tl.zeros((), tl.float32)
-    for start in range(0, n_cols, BLOCK_SIZE):
-        offs = start + cols
-        x = tl.load(row_start + offs * in_col_stride, mask=offs < n_cols, other=-float("inf")).to(tl.float32)
-        raise NotImplementedError  # your code here: update m and d with this block
-    for start in range(0, n_cols, BLOCK_SIZE):
-        offs = start + cols
-        mask = offs < n_cols
-        x = tl.load(row_start + offs * in_col_stride, mask=mask, other=-float("inf")).to(tl.float32)
-        tl.store(out_start + offs, tl.exp(x - m) / d, mask=mask)
-
-
-def _variant(update: str, store_mask: bool = True, strided: bool = True, all_inf_zero: bool = False):
-    """A learner's kernel with the given loop body (source text), built under the current mode."""
-    load = "offs * in_col_stride" if strided else "offs"
-    store = ", mask=mask" if store_mask else ""
-    final = ("tl.where(d == 0.0, 0.0, tl.exp(x - m) / d)" if all_inf_zero else "tl.exp(x - m) / d")
-    body = "\n".join("        " + line for line in update.strip().splitlines())
-    src = f'''
-def kernel(out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_cols, BLOCK_SIZE: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    row_start = in_ptr + row * in_row_stride
-    out_start = out_ptr + row * out_row_stride
-    cols = tl.arange(0, BLOCK_SIZE)
-    m = tl.full((), -float("inf"), tl.float32)
-    d = tl.zeros((), tl.float32)
-    for start in range(0, n_cols, BLOCK_SIZE):
-        offs = start + cols
-        x = tl.load(row_start + {load}, mask=offs < n_cols, other=-float("inf")).to(tl.float32)
-{body}
-    for start in range(0, n_cols, BLOCK_SIZE):
-        offs = start + cols
-        mask = offs < n_cols
-        x = tl.load(row_start + {load}, mask=mask, other=-float("inf")).to(tl.float32)
-        tl.store(out_start + offs, {final}{store})
-'''
-    import linecache
-    import sys
-
-    name = f"<learner kernel {abs(hash(src))}>"
-    linecache.cache[name] = (len(src), None, src.splitlines(True), name)  # so Triton can read the source
-    ns = {"tl": tl, "triton": triton}
-    exec(compile(src, name, "exec"), ns)
-    fn = ns["kernel"]
-    fn.__module__ = __name__
-    sys.modules[__name__].__dict__.setdefault("_kernels", []).append(fn)
-    return triton.jit(fn)
-
 
 RIGHT = """
 m_new = tl.maximum(m, tl.max(x, axis=0))
@@ -270,63 +167,140 @@ m_new = tl.maximum(m, tl.max(x, axis=0))
 d = d + tl.sum(tl.where(x == -float("inf"), 0.0, tl.exp(x - m_new)), axis=0)
 m = m_new
 """
-WRONG_SIGN = """
-m_new = tl.maximum(m, tl.max(x, axis=0))
-alpha = tl.where(m_new == -float("inf"), 1.0, tl.exp(m_new - m))
-d = d * alpha + tl.sum(tl.where(x == -float("inf"), 0.0, tl.exp(x - m_new)), axis=0)
-m = m_new
-"""
 M_UPDATED_FIRST = """
 m_new = tl.maximum(m, tl.max(x, axis=0))
 m = m_new
 alpha = tl.where(m_new == -float("inf"), 1.0, tl.exp(m - m_new))
 d = d * alpha + tl.sum(tl.where(x == -float("inf"), 0.0, tl.exp(x - m_new)), axis=0)
 """
-NO_NEG_INF_GUARD = """
+RESCALES_THE_BLOCK = """
 m_new = tl.maximum(m, tl.max(x, axis=0))
-d = d * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new), axis=0)
+alpha = tl.where(m_new == -float("inf"), 1.0, tl.exp(m - m_new))
+d = d + alpha * tl.sum(tl.where(x == -float("inf"), 0.0, tl.exp(x - m_new)), axis=0)
 m = m_new
 """
-OLD_MAX_IN_EXP = """
+WRONG_FACTOR = """
+m_new = tl.maximum(m, tl.max(x, axis=0))
+alpha = tl.where(m_new == -float("inf"), 1.0, tl.exp(m_new - m))
+d = d * alpha + tl.sum(tl.where(x == -float("inf"), 0.0, tl.exp(x - m_new)), axis=0)
+m = m_new
+"""
+OLD_MAX_SHIFT = """
 m_new = tl.maximum(m, tl.max(x, axis=0))
 alpha = tl.where(m_new == -float("inf"), 1.0, tl.exp(m - m_new))
 d = d * alpha + tl.sum(tl.where(x == -float("inf"), 0.0, tl.exp(x - tl.where(m == -float("inf"), m_new, m))), axis=0)
 m = m_new
 """
+BLOCK_MAX_SHIFT = """
+b = tl.max(x, axis=0)
+m_new = tl.maximum(m, b)
+alpha = tl.where(m_new == -float("inf"), 1.0, tl.exp(m - m_new))
+d = d * alpha + tl.sum(tl.where(x == -float("inf"), 0.0, tl.exp(x - b)), axis=0)
+m = m_new
+"""
+NO_SHIFT = """
+m = tl.maximum(m, tl.max(x, axis=0))
+d = d + tl.sum(tl.exp(x), axis=0)
+"""
+NO_NEG_INF_GUARD = """
+m_new = tl.maximum(m, tl.max(x, axis=0))
+d = d * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new), axis=0)
+m = m_new
+"""
 
 
-def test_variant_builder_builds_the_right_kernel(capsys):
-    assert status(verdict(capsys, lesson04.check_4_1, _variant(RIGHT))).startswith("correct")
+def _kernel_source(update=RIGHT, load_mask=True, other='-float("inf")', in_rs="in_row_stride",
+                   out_rs="out_row_stride", col="in_col_stride", store_mask=True, all_inf_zero=False,
+                   untouched=False) -> str:
+    mask = ", mask=offs < n_cols" if load_mask else ""
+    fill = f", other={other}" if load_mask else ""
+    body = "\n".join("        " + line for line in update.strip().splitlines())
+    pass1 = "    raise NotImplementedError\n" if untouched else f'''    row_start = in_ptr + row * {in_rs}
+    out_start = out_ptr + row * {out_rs}
+    m = tl.full((), -float("inf"), tl.float32)
+    d = tl.zeros((), tl.float32)
+    for start in range(0, n_cols, BLOCK_SIZE):
+        offs = start + cols
+        x = tl.load(row_start + offs * {col}{mask}{fill}).to(tl.float32)
+{body}
+'''
+    final = "tl.where(d == 0.0, 0.0, tl.exp(x - m) / d)" if all_inf_zero else "tl.exp(x - m) / d"
+    store = ", mask=mask" if store_mask else ""
+    return f'''
+@triton.jit
+def kernel(out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_cols, BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_SIZE)
+{pass1}    for start in range(0, n_cols, BLOCK_SIZE):
+        offs = start + cols
+        mask = offs < n_cols
+        x = tl.load(row_start + offs * in_col_stride, mask=mask, other=-float("inf")).to(tl.float32)
+        tl.store(out_start + offs, {final}{store})
+'''
 
 
-def test_checker_4_1_right_and_not_yet(capsys):
-    assert status(verdict(capsys, lesson04.check_4_1, online_right)).startswith("correct")
-    assert status(verdict(capsys, lesson04.check_4_1, online_untouched)).startswith("not yet")
+def _variant(**kw):
+    """A learner's kernel (the template filled in with ``kw``'s mistakes), built under the current mode."""
+    import linecache
+    import sys
+
+    src = _kernel_source(**kw)
+    name = f"<learner kernel {abs(hash(src))}>"
+    linecache.cache[name] = (len(src), None, src.splitlines(True), name)  # so Triton can read the source
+    ns = {"tl": tl, "triton": triton}
+    exec(compile(src, name, "exec"), ns)
+    kernel = ns["kernel"]
+    sys.modules[__name__].__dict__.setdefault("_kernels", []).append(kernel)
+    return kernel
+
+
+def test_checker_4_1_right_untouched_and_none(capsys):
+    line = verdict(capsys, lesson04.check_4_1, _variant())
+    assert status(line).startswith("correct"), line
+    assert status(verdict(capsys, lesson04.check_4_1, _variant(untouched=True))).startswith("not yet")
     assert status(verdict(capsys, lesson04.check_4_1, None)).startswith("not yet")
 
 
-@pytest.mark.parametrize("kind, hint", [
-    ("no rescale", "multiply it by exp(m_old - m_new)"),
-    ("wrong sign", "not by exp(m_new - m)"),
-    ("m updated before alpha", "computed before m is updated"),
-    ("no -inf guard", "exp(-inf - -inf) = NaN"),
-    ("old max in exp", "max abs error"),
-    ("all -inf rows give 0", "torch.softmax gives NaN"),
-    ("no store mask", "wrote past the end of its output"),
-    ("column stride ignored", "in_col_stride"),
-])
-def test_checker_4_1_wrong_answers(kind, hint, capsys):
-    kernel = {
-        "no rescale": lambda: _variant(NO_RESCALE),
-        "wrong sign": lambda: _variant(WRONG_SIGN),
-        "m updated before alpha": lambda: _variant(M_UPDATED_FIRST),
-        "no -inf guard": lambda: _variant(NO_NEG_INF_GUARD),
-        "old max in exp": lambda: _variant(OLD_MAX_IN_EXP),
-        "all -inf rows give 0": lambda: _variant(RIGHT, all_inf_zero=True),
-        "no store mask": lambda: _variant(RIGHT, store_mask=False),
-        "column stride ignored": lambda: _variant(RIGHT, strided=False),
-    }[kind]()
-    line = verdict(capsys, lesson04.check_4_1, kernel)
+def test_checker_4_1_takes_the_notebook_template_as_untouched(capsys):
+    """The notebook's own template cell, run as the learner finds it: "not yet"."""
+    from claims import notebook
+
+    cell = next("".join(c["source"]) for c in notebook("04")["cells"]
+                if c["cell_type"] == "code" and "def online_softmax_kernel" in "".join(c["source"]))
+    assert "raise NotImplementedError" in cell and "tl.exp(m - m_new)" not in cell
+    import linecache
+
+    name = "<notebook template 4.1>"
+    linecache.cache[name] = (len(cell), None, cell.splitlines(True), name)
+    ns = {"tl": tl, "triton": triton, "__name__": __name__}
+    exec(compile(cell, name, "exec"), ns)
+    assert status(verdict(capsys, lesson04.check_4_1, ns["online_softmax_kernel"])).startswith("not yet")
+
+
+WRONG_4_1 = {
+    "no rescale": (dict(update=NO_RESCALE), lesson04.H_RESCALE),
+    "factor computed after m is updated": (dict(update=M_UPDATED_FIRST), "computed before m is updated"),
+    "rescales the block instead of the old sum": (dict(update=RESCALES_THE_BLOCK), "multiply the old sum d"),
+    "factor exp(m_new - m)": (dict(update=WRONG_FACTOR), "not by exp(m_new - m)"),
+    "block shifted by the old max": (dict(update=OLD_MAX_SHIFT), lesson04.H_OVERFLOW),
+    "block shifted by its own max": (dict(update=BLOCK_MAX_SHIFT), lesson04.H_BLOCK_MAX),
+    "no shift at all": (dict(update=NO_SHIFT), lesson04.H_SHIFT),
+    "no -inf guard": (dict(update=NO_NEG_INF_GUARD), "exp(-inf - -inf) = NaN"),
+    "all -inf rows give 0": (dict(all_inf_zero=True), "torch.softmax gives NaN"),
+    "no mask on the tail block": (dict(load_mask=False), lesson04.H_MASK),
+    "padding lanes load 0": (dict(other="0.0"), lesson04.H_OTHER),
+    "no mask on the store (out of bounds)": (dict(store_mask=False), lesson04.H_STORE),
+    "x read with out's row stride": (dict(in_rs="out_row_stride"), lesson04.H_STRIDES),
+    "out written with x's row stride": (dict(out_rs="in_row_stride"), lesson04.H_STRIDES),
+    "row stride hard-coded as n_cols": (dict(in_rs="n_cols", out_rs="n_cols"), lesson04.H_STRIDES),
+    "column stride ignored": (dict(col="1"), lesson04.H_COL),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(WRONG_4_1))
+def test_checker_4_1_wrong_answers(kind, capsys):
+    kw, hint = WRONG_4_1[kind]
+    line = verdict(capsys, lesson04.check_4_1, _variant(**kw))
     assert status(line).startswith("wrong") and hint in line, line
 
 
@@ -337,10 +311,18 @@ def test_checker_4_1_not_a_kernel(capsys):
 
 def test_online_kernel_cases_are_hostile():
     cases = lesson04.online_kernel_cases()
+    for c in cases:
+        M, N = c["x"].shape
+        col = c.get("col", 1)
+        assert c["in_rs"] > N * col and c["out_rs"] > N and c["in_rs"] != c["out_rs"], c["name"]
+        if N % c["block"]:  # a read past the row's end lands in the NaN padding, never in the next row
+            assert c["in_rs"] >= -(-N // c["block"]) * c["block"] * col, c["name"]
+            assert c["out_rs"] >= -(-N // c["block"]) * c["block"], c["name"]
     names = " ".join(c["name"] for c in cases)
-    for text in ("late maximum", "-inf", "1e4", "only -inf", "column stride"):
+    for text in ("late maximum", "-inf", "1e4", "only -inf", "column stride", "+1000 and -1000", "near -100"):
         assert text in names, text
-    assert any(c["x"].shape[1] % c["block"] for c in cases)  # a partial last block
+    x = next(c for c in cases if "+1000" in c["name"])["x"]
+    assert torch.isinf(torch.exp(x[0])).all() and (torch.exp(x[1]) == 0).all()  # only a shift by the max works
     all_inf = next(c for c in cases if "only -inf" in c["name"])
     assert torch.isnan(torch.softmax(all_inf["x"].double(), -1)).any()
 
@@ -375,3 +357,11 @@ CASES = [
                          ids=[f"{c.__name__}-{i}" for i, (c, *_rest) in enumerate(CASES)])
 def test_checkers(checker, right, wrong, hint, capsys):
     assert_checker_contract(capsys, checker, right, wrong, hint)
+
+
+def test_merge_answer_is_the_online_update():
+    x = torch.randn(20, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    a, b = x[:7], x[7:]
+    m1, m2 = float(a.max()), float(b.max())
+    m, d = lesson04.merge_answer(m1, float(torch.exp(a - m1).sum()), m2, float(torch.exp(b - m2).sum()))
+    assert m == float(x.max()) and d == pytest.approx(float(torch.exp(x - m).sum()), rel=1e-12)
