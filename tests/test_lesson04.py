@@ -268,13 +268,34 @@ def test_checker_4_1_takes_the_notebook_template_as_untouched(capsys):
     cell = next("".join(c["source"]) for c in notebook("04")["cells"]
                 if c["cell_type"] == "code" and "def online_softmax_kernel" in "".join(c["source"]))
     assert "raise NotImplementedError" in cell and "tl.exp(m - m_new)" not in cell
+    kernel = _notebook_kernel("<notebook template 4.1>", cell)
+    assert status(verdict(capsys, lesson04.check_4_1, kernel)).startswith("not yet")
+
+
+def _notebook_kernel(name: str, cell: str):
     import linecache
 
-    name = "<notebook template 4.1>"
     linecache.cache[name] = (len(cell), None, cell.splitlines(True), name)
     ns = {"tl": tl, "triton": triton, "__name__": __name__}
     exec(compile(cell, name, "exec"), ns)
-    assert status(verdict(capsys, lesson04.check_4_1, ns["online_softmax_kernel"])).startswith("not yet")
+    return ns["online_softmax_kernel"]
+
+
+def test_checker_4_1_takes_the_notebooks_solution_as_correct(capsys):
+    """The solution cell's code, put in place of the template's `raise NotImplementedError`: "correct"."""
+    import re
+
+    from claims import notebook
+
+    cells = notebook("04")["cells"]
+    i = next(i for i, c in enumerate(cells) if c["cell_type"] == "code" and "def online_softmax_kernel" in "".join(c["source"]))
+    template = "".join(cells[i]["source"])
+    solution = next("".join(c["source"]) for c in cells[i:] if "solution" in c.get("metadata", {}).get("tags", []))
+    code = re.search(r"```python\n(.*?)```", solution, re.S).group(1)
+    filled = re.sub(r"    # Your code:.*\n    raise NotImplementedError\n", lambda _: code, template)
+    assert filled != template and "raise NotImplementedError" not in filled
+    line = verdict(capsys, lesson04.check_4_1, _notebook_kernel("<notebook solution 4.1>", filled))
+    assert status(line).startswith("correct"), line
 
 
 WRONG_4_1 = {
@@ -344,10 +365,18 @@ def merge_no_empty(m1, d1, m2, d2):
     return m, d1 * math.exp(m1 - m) + d2 * math.exp(m2 - m)
 
 
+def merge_wrong_factor(m1, d1, m2, d2):
+    m = max(m1, m2)
+    if m == -math.inf:
+        return -math.inf, 0.0
+    return m, d1 * math.exp(m - m1) + d2 * math.exp(m - m2)
+
+
 CASES = [
     (lesson04.check_4_2, merge_right, merge_no_empty, "empty part"),
     (lesson04.check_4_2, merge_right, lambda m1, d1, m2, d2: (max(m1, m2), d1 + d2), "rescale"),
     (lesson04.check_4_2, merge_right, lambda m1, d1, m2, d2: (min(m1, m2), d1 + d2), "larger of the two"),
+    (lesson04.check_4_2, merge_right, merge_wrong_factor, "d_i * exp(m_i - m)"),
     (lesson04.check_4_3, lesson04.stash_traffic_answer, lambda M, N: (M * N, 2 * M * N), "reads"),
     (lesson04.check_4_3, lesson04.stash_traffic_answer, lambda M, N: (2 * M * N, M * N), "writes"),
 ]
