@@ -1,7 +1,8 @@
-"""Lesson 07 (attention): the trace against float64, the tiles against brute force, the memory and
-traffic counts, the correctness table, the recorded-data readers (on a synthetic recording made here,
-in a temporary folder), the benchmark's logic on the CPU, and the exercise checkers, each fed the
-right answer, the untouched template, and the plausible wrong answers.
+"""Lesson 07 (attention): the notebook's teaching cells (the trace, the correctness table, the large
+scores, the merge) against float64, the tiles against brute force, the lesson's pandas cells on a
+recording of the live sweep's shape, the benchmark's logic on the CPU (rounds, medians, spreads),
+and the exercise checkers, each fed the right answer, the untouched template, and the plausible
+wrong answers, one test each.
 
 Every checker must print exactly one line and never raise, whatever the learner wrote.
 """
@@ -16,18 +17,37 @@ from pathlib import Path
 
 import helpers
 import matplotlib
+import pandas as pd
 import pytest
 import torch
 from helpers import attention_bench as AB
-from helpers import gpu_data, lesson07
+from helpers import data, gpu_data, lesson07, plots
+from helpers.kernels import attention, naive_attention
 from helpers.lesson07 import FULL, MASKED, SKIPPED
+from helpers.reference import round_up_err
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = ROOT / "notebooks" / "07_attention.ipynb"
 
-# --------------------------------------------------------------------------------------------
-# Lesson helpers
-# --------------------------------------------------------------------------------------------
+
+def _notebook_code(startswith: str) -> str:
+    """The source of the notebook's code cell that starts with ``startswith``."""
+    cells = [("".join(c["source"]), c["cell_type"]) for c in json.loads(NOTEBOOK.read_text())["cells"]]
+    hits = [s for s, t in cells if t == "code" and s.lstrip().startswith(startswith)]
+    assert len(hits) == 1, f"expected one code cell starting with {startswith!r}, found {len(hits)}"
+    return hits[0]
+
+
+def _run_cells(*starts, **names) -> dict:
+    """Run the notebook's cells that start with ``starts``, in order, in one namespace."""
+    ns = dict(helpers=helpers, torch=torch, math=math, pd=pd, data=data, gpu_data=gpu_data, lesson07=lesson07,
+              plots=plots, attention=attention, naive_attention=naive_attention, round_up_err=round_up_err, **names)
+    for s in starts:
+        exec(_notebook_code(s), ns)
+    return ns
+
+
+# --- The lesson's teaching cells -------------------------------------------------------------
 
 
 def test_reference_and_naive_agree():
@@ -36,45 +56,32 @@ def test_reference_and_naive_agree():
     for causal in (False, True):
         out, lse = lesson07.reference_attention(q, k, v, causal)
         assert out.dtype == lse.dtype == torch.float64
-        torch.testing.assert_close(helpers.kernels.naive_attention(q.double(), k.double(), v.double(), causal=causal), out)
+        torch.testing.assert_close(naive_attention(q.double(), k.double(), v.double(), causal=causal), out)
     assert lesson07.causal_mask(3, 3).tolist() == [[True, False, False], [True, True, False], [True, True, True]]
 
 
-def test_memory_rows():
-    r = {x["S"]: x for x in lesson07.memory_rows()}
-    assert r[16384]["scores_gb"] == pytest.approx(64 * 16384**2 * 2 / 1e9)
-    assert r[16384]["naive_peak_gb"] == pytest.approx((2 * 64 * 16384**2 * 2 + 4 * 64 * 16384 * 128 * 2) / 1e9)
-    assert r[16384]["naive_peak_gb"] < 80 < r[32768]["naive_peak_gb"]
-    assert r[1024]["naive_intensity"] < 64 < r[1024]["flash_intensity"]
-    for x in r.values():
-        assert x["flash_peak_gb"] < x["naive_peak_gb"]
-        assert x["flash_ideal_gb"] <= x["flash_traffic_gb"] < x["naive_traffic_gb"]
-
-
-def test_memory_and_traffic_tables_print(capsys):
-    lesson07.print_memory_table()
-    lesson07.print_traffic_table()
-    out = capsys.readouterr().out
-    assert "16K" in out and "295 FLOP" in out and "fits 80 GB" in out
+def test_memory_and_traffic_cells():
+    ns = _run_cells("heads, D, size", "tr = pd.DataFrame", "tflops, tbps")
+    mem, tr = ns["mem"].set_index("S"), ns["tr"].set_index("S")
+    assert mem.loc[16384, "scores"] == pytest.approx(64 * 16384**2 * 2 / 1e9)
+    assert mem.loc[16384, "naive peak"] == pytest.approx((2 * 64 * 16384**2 * 2 + 4 * 64 * 16384 * 128 * 2) / 1e9)
+    assert mem.loc[16384, "fits 80 GB"] == "yes" and mem.loc[32768, "fits 80 GB"] == "no"
+    assert (mem.blockwise < mem["naive peak"]).all()
+    assert (tr["once GB"] <= tr["blockwise GB"]).all() and (tr["blockwise GB"] < tr["naive GB"]).all()
+    assert ((tr["naive FLOP/B"] < 128 / 3) & (tr["naive FLOP/B"] > 39)).all()  # D/3 = 42.7 for long rows
+    fig = lesson07.plot_memory(ns["mem"])
+    assert isinstance(fig, matplotlib.figure.Figure)
+    matplotlib.pyplot.close(fig)
 
 
 def test_trace_matches_float64_after_every_block():
-    q, K, V, b = lesson07.trace_example()
-    steps = lesson07.attention_trace(q, K, V, b)
+    ns = _run_cells("def attention_step", "q1 = torch.tensor")
+    steps, K, V, q = ns["steps"], ns["K1"], ns["V1"], ns["q1"]
     assert [s["m_new"] for s in steps] == [3.0, 5.0, 5.0]
     assert [round(s["alpha"], 6) for s in steps] == [0.0, round(math.exp(-2), 6), 1.0]
     for s in steps:
-        assert s["err"] < 1e-12
-    s_all = K @ q
-    torch.testing.assert_close(steps[-1]["out"], torch.softmax(s_all, 0) @ V)
-    assert steps[-1]["lse"] == pytest.approx(torch.logsumexp(s_all, 0).item())
-
-
-def test_trace_print_and_plot(capsys):
-    q, K, V, b = lesson07.trace_example()
-    steps = lesson07.attention_trace(q, K, V, b)
-    lesson07.print_attention_trace(steps)
-    assert capsys.readouterr().out.count("float64 attention over keys") == 3
+        assert (s["out"] - s["exact"]).abs().max() < 1e-12 and abs(s["lse"] - s["logsumexp"]) < 1e-12
+    torch.testing.assert_close(steps[-1]["out"], torch.softmax(K @ q, 0) @ V)
     fig = lesson07.plot_attention_trace(steps, V)
     assert isinstance(fig, matplotlib.figure.Figure) and len(fig.axes) == 3
     matplotlib.pyplot.close(fig)
@@ -100,110 +107,98 @@ def test_tiles_agree_with_brute_force(sq, sk, bm, bn, causal):
     assert c[FULL] + c[MASKED] + c[SKIPPED] == c["total"]
 
 
-def test_plot_tiles_and_memory():
-    for fig in (lesson07.plot_tiles(), lesson07.plot_memory()):
-        assert isinstance(fig, matplotlib.figure.Figure)
-        matplotlib.pyplot.close(fig)
+@pytest.mark.parametrize("seq,bm,bn", [(37, 32, 16), (50, 16, 16), (45, 16, 32), (100, 64, 16), (7, 16, 16)])
+def test_visible_keys_of_the_right_bounds_is_causal(seq, bm, bn):
+    assert lesson07.visible_keys(seq, bm, bn) == [i + 1 for i in range(seq)]
 
 
-def test_print_launch(capsys):
-    q = torch.randn(2, 50, 64, device=helpers.DEVICE)
-    lesson07.print_launch(q, q, q, causal=True)
-    assert "grid (query blocks, H, Z)" in capsys.readouterr().out
+def test_every_mistake_of_7_2_shows_in_the_checker_cases():
+    """Each mistake changes which keys some row sees, and no two mistakes look alike, over the cases."""
+    cases = lesson07.CASES_7_2
+    seen = {kind: [lesson07.visible_keys(c[1], c[3], c[4], kind) for c in cases] for kind in lesson07.HINTS_7_2}
+    right = [lesson07.visible_keys(c[1], c[3], c[4]) for c in cases]
+    assert all(s != right for s in seen.values())
+    assert len({json.dumps(s) for s in seen.values()}) == len(seen)
+    assert all(c[1] % c[3] and c[1] % c[4] for c in cases)  # no length a multiple of its tiles
 
 
-def test_correctness_table_passes(capsys):
-    assert lesson07.run_correctness()
-    out = capsys.readouterr().out
-    assert "NO" not in out and out.count("yes") == 3 * len(lesson07.correctness_cases())
+def test_plot_tiles():
+    fig = lesson07.plot_tiles()
+    assert isinstance(fig, matplotlib.figure.Figure)
+    matplotlib.pyplot.close(fig)
 
 
-def test_large_scores_demo(capsys):
-    lesson07.large_scores_demo(helpers.kernels.naive_attention)
+def test_launch_cell_and_the_correctness_table():
+    from helpers.kernels.attention import attention_plan
+
+    ns = _run_cells("torch.manual_seed(0)\nq = torch.randn", "rows = []", attention_plan=attention_plan)
+    correct = ns["correct"]
+    assert len(correct) == 3 * len(lesson07.CORRECTNESS_CASES)
+    assert (correct[["of tolerance", "of LSE tolerance"]] <= 1).all().all()
+
+
+def test_tolerance_grows_with_the_scores():
+    q = torch.ones(1, 2, 16)
+    a_small, r = lesson07.tolerance(q, q, q)
+    a_big, r2 = lesson07.tolerance(q * 100, q * 100, q)
+    assert r == r2 == lesson07.TOLERANCES[torch.float32][1] and a_big > a_small >= lesson07.TOLERANCES[torch.float32][0]
+
+
+def test_large_scores_cell(capsys):
+    _run_cells("g = torch.Generator().manual_seed(7)")
     lines = capsys.readouterr().out.splitlines()
     assert "float16 holds at most 65,504" in lines[0]
     assert not lines[1].split(":")[1].strip().startswith("0 NaN")  # the naive fp16 version breaks
     assert lines[2].split(":")[1].strip().startswith("0 NaN")  # the kernel does not
 
 
-def test_merge_two_and_split_keys(capsys):
+def test_merge_two_and_the_split_keys_cell(capsys):
+    ns = _run_cells("def merge_two")
     o1, o2 = torch.randn(3, 4), torch.randn(3, 4)
     l1, l2 = torch.randn(3), torch.full((3,), float("-inf"))
-    o, lse = lesson07.merge_two(o1, l1, o2, l2)  # an empty part changes nothing
+    o, lse = ns["merge_two"](o1, l1, o2, l2)  # an empty part changes nothing
     torch.testing.assert_close(o, o1)
     torch.testing.assert_close(lse, l1)
-    assert lesson07.split_keys_demo(parts=4) < 1e-5
-    assert "max difference" in capsys.readouterr().out
+    ns = _run_cells("def merge_two", "g = torch.Generator().manual_seed(0)")
+    assert ns["diff"] < 1e-5 and "max difference" in capsys.readouterr().out
 
 
-# --------------------------------------------------------------------------------------------
-# The recorded data: readers on a synthetic recording (a test fixture, never in figures/data)
-# --------------------------------------------------------------------------------------------
+# --- The measured section: the lesson's pandas cells on a frame of the live sweep's shape --------
 
 
-def _synthetic_rows():
-    rows = []
-    for dtype in ("float16", "bfloat16"):
-        for D in (64, 128):
-            for causal in (0, 1):
-                for S in (1024, 2048, 4096):
-                    for i, p in enumerate(AB.PROVIDERS):
-                        if p == "naive" and S > 2048:
-                            rows.append(AB._row(dtype, 4, 16, S, D, causal, p, status="skipped: synthetic"))
-                            continue
-                        if p == "sdpa_efficient" and D == 128 and causal:
-                            rows.append(AB._row(dtype, 4, 16, S, D, causal, p, status="refused: synthetic"))
-                            continue
-                        t = 100.0 + 10 * i + S / 100
-                        rows.append(AB._row(dtype, 4, 16, S, D, causal, p, ms=1.0, tflops=t * 0.9, graph_ms=0.9,
-                                            graph_tflops=t, peak_mib=S / 8 * (10 if p == "naive" else 1), max_err=1e-3))
-    return AB._round(rows)
+def _fake_timer(fn):
+    fn()
+    return 2.0, 1.0
 
 
-@pytest.fixture
-def synthetic_recording(tmp_path):
-    """A made-up attention.csv in a temporary folder (synthetic numbers, for the readers' tests only)."""
-    meta = {"gpu": "SYNTHETIC TEST FIXTURE", "driver": "none", "torch": "0", "triton": "0", "date": "never",
-            "commit": "none", "command": "tests/test_lesson07.py"}
-    return gpu_data.write_csv(tmp_path / "attention.csv", _synthetic_rows(), meta)
+def _rounds_timer():
+    """A stand-in timer whose rounds of one function differ: eager 2, 2.2, 1.8, 2, 2 (median 2, spread
+    0.2), graph 1, 1.5, 1, 1, 1 (median 1, spread 0.5)."""
+    calls = []
+
+    def timer(fn):
+        calls.append(fn)
+        r = sum(c is fn for c in calls) - 1
+        return (2.0, 2.2, 1.8, 2.0, 2.0)[r % 5], (1.0, 1.5, 1.0, 1.0, 1.0)[r % 5]
+    return timer, calls
 
 
-def test_readers_on_a_synthetic_recording(synthetic_recording, capsys):
-    data = lesson07.attention_data(live=False, path=synthetic_recording)
-    rows, meta = data
-    assert meta["gpu"] == "SYNTHETIC TEST FIXTURE" and list(rows[0]) == list(AB.COLUMNS)
-    lesson07.print_tflops_table(data)
-    lesson07.tflops_summary(data)
-    lesson07.print_peak_memory(data)
-    out = capsys.readouterr().out
-    assert "Recorded on SYNTHETIC TEST FIXTURE" in out
-    assert "course/best" in out and "course kernel / fastest SDPA backend" in out
-    assert lesson07.best_sdpa(rows, "float16", 64, 0, 1024)[0] == "sdpa_efficient"  # the largest synthetic number
-    fig = lesson07.plot_tflops(data)
-    assert isinstance(fig, matplotlib.figure.Figure) and len(fig.axes) == 4
-    matplotlib.pyplot.close(fig)
+@pytest.mark.skipif(helpers.ON_GPU, reason="the harness's CPU path (a fake timer), for machines without a GPU")
+def test_the_measured_cells_run_on_a_live_shaped_frame(capsys):
+    """What a GPU's live cell gives (fp16 only, a few S, the course, SDPA and naive, with spreads): the
+    cells after it must run on it, and mark the noisy cells."""
+    timer, _ = _rounds_timer()
+    rows = AB.sweep(seqs=(32, 48), dims=(16,), dtypes=("float16",), providers=("course", "sdpa", "naive"), B=1, H=2,
+                    timer=timer, peak=lambda fn: 0.5, device="cpu", rounds=5)
+    att = data.frame(rows, gpu_data.provenance("test"))
+    ns = _run_cells('ok = att.query("status', "fp16 = tf.loc", "sdpa = tf[tf.columns", "share.agg",
+                    'nv = ok.query("provider', "(tf.course / tf.naive)", 'mib = ok.query("dtype', att=att)
+    assert ns["noisy"].loc["float16"].values.any()  # a 50% spread in every graph timing: all marked
+    assert set(ns["providers"]) == {"course", "sdpa", "naive"}
+    matplotlib.pyplot.close("all")
 
 
-def test_readers_without_a_recording(tmp_path, capsys):
-    assert lesson07.attention_data(live=False, path=tmp_path / "absent.csv") is None
-    for fn in (lesson07.print_tflops_table, lesson07.tflops_summary, lesson07.print_peak_memory, lesson07.show_tflops):
-        fn(None)
-    lines = capsys.readouterr().out.splitlines()
-    assert lines == [lesson07.MISSING] * 4
-
-
-def test_default_recording_is_read_when_present():
-    data = lesson07.attention_data(live=False)
-    path = gpu_data.DATA_DIR / f"{lesson07.ATTENTION_CSV}.csv"
-    assert (data is None) == (not path.exists())
-    if data is not None:
-        rows, meta = data
-        assert "H100" in meta["gpu"] and any(r["provider"] == "course" for r in rows)
-
-
-# --------------------------------------------------------------------------------------------
-# The benchmark's logic, on the CPU with a stand-in timer
-# --------------------------------------------------------------------------------------------
+# --- The benchmark's logic, on the CPU with a stand-in timer ----------------------------------
 
 
 def _fake_timer(fn):
@@ -247,9 +242,8 @@ def test_sweep_writes_a_csv_the_lesson_reads(tmp_path, capsys):
                     B=1, H=2, timer=_fake_timer, peak=lambda fn: 0.25, device="cpu")
     assert len(rows) == 4 and all(r["status"] == "ok" for r in rows)
     path = gpu_data.write_csv(tmp_path / "attention.csv", rows, gpu_data.provenance("test"))
-    data = lesson07.attention_data(live=False, path=path)
-    lesson07.print_tflops_table(data)
-    assert "course/best" in capsys.readouterr().out
+    df = data.load(str(path))
+    assert list(df.columns) == list(AB.COLUMNS) and df.attrs["provenance"]["command"] == "test"
 
 
 def test_flops_and_sample_rows():
@@ -281,6 +275,19 @@ def test_command_line_stops_without_a_gpu(capsys, tmp_path):
     assert not (tmp_path / "x.csv").exists()
 
 
+@pytest.mark.skipif(helpers.ON_GPU, reason="the harness's CPU path (a fake timer), for machines without a GPU")
+def test_rounds_give_the_median_and_the_spread():
+    timer, calls = _rounds_timer()
+    rows = AB.measure_shape("float16", 1, 2, 40, 16, False, providers=("course", "sdpa"), timer=timer,
+                            peak=lambda fn: 1.0, device="cpu", rounds=5)
+    assert len(calls) == 10 and calls[0] is not calls[1]  # 5 rounds x 2 providers, interleaved
+    for r in rows:
+        assert r["ms"] == 2.0 and r["graph_ms"] == 1.0
+        assert r["spread"] == pytest.approx(0.2) and r["graph_spread"] == pytest.approx(0.5)
+    assert AB.median([3.0, 1.0, 2.0]) == 2.0 and AB.spread([1.0, 1.0, 1.5]) == pytest.approx(0.5)
+    assert AB.spread([4.0]) == 0.0
+
+
 def test_best_configs():
     rows = [{"D": 64, "causal": 0, "graph_tflops": 10.0, "status": "ok", "block_m": 64},
             {"D": 64, "causal": 0, "graph_tflops": 12.0, "status": "ok", "block_m": 128},
@@ -288,18 +295,7 @@ def test_best_configs():
     assert AB.best_configs(rows)[(64, 0)]["block_m"] == 128
 
 
-# --------------------------------------------------------------------------------------------
-# Exercise checkers
-# --------------------------------------------------------------------------------------------
-
-
-def _notebook_cell(startswith: str) -> str:
-    nb = json.loads(NOTEBOOK.read_text())
-    for c in nb["cells"]:
-        src = "".join(c["source"])
-        if c["cell_type"] == "code" and src.lstrip().startswith(startswith):
-            return src
-    raise AssertionError(f"no cell starting with {startswith!r}")
+# --- Exercise checkers ---------------------------------------------------------------------------
 
 
 def _module_from(src: str, tmp_path: Path, name: str):
@@ -374,7 +370,7 @@ def test_7_1_right(capsys):
 
 def test_7_1_untouched_template(capsys):
     ns = {}
-    exec(_notebook_cell("def causal_attention"), ns)
+    exec(_notebook_code("def causal_attention"), ns)
     _assert(_verdict(capsys, lesson07.check_7_1, ns["causal_attention"]), "not yet")
     _assert(_verdict(capsys, lesson07.check_7_1, None), "not yet")
     _assert(_verdict(capsys, lesson07.check_7_1, lambda q, k, v, s: ...), "not yet")
@@ -404,157 +400,158 @@ def test_7_1_other_wrong_answers(capsys):
     _assert(_verdict(capsys, lesson07.check_7_1, "not a function"), "wrong", "function")
 
 
-# ---- 7.2 ------------------------------------------------------------------------------------
+# ---- 7.2: the causal loop bounds and the diagonal block --------------------------------------
+
+TEMPLATE_72 = _notebook_code("@triton.jit\ndef my_causal_kernel")
+SOLUTION_LINES = {
+    "n_full": "    n_full = (start_m * BLOCK_M + 1) // BLOCK_N * BLOCK_N",
+    "end": "    end = tl.minimum(seq, (start_m + 1) * BLOCK_M)",
+    "keep": "        keep = (cols[None, :] < seq) & (cols[None, :] <= offs_m[:, None])",
+}
+RIGHT_72 = (TEMPLATE_72.replace("    raise NotImplementedError\n", SOLUTION_LINES["n_full"] + "\n" + SOLUTION_LINES["end"] + "\n")
+            .replace("        s = tl.where(keep", SOLUTION_LINES["keep"] + "\n        s = tl.where(keep"))
+
+WRONG_7_2 = {  # mistake -> (the replaced line, its wrong version, the words of the hint)
+    "loop to the end ignoring causality": ([("n_full", "    n_full = seq // BLOCK_N * BLOCK_N"), ("end", "    end = seq")],
+                                           "run to the end"),
+    "stop one block early (diagonal missed)": ([("end", "    end = start_m * BLOCK_M")], "never visited"),
+    "end from the block's first row": ([("end", "    end = tl.minimum(seq, start_m * BLOCK_M + 1)")], "first row"),
+    "no mask on the diagonal block": ([("keep", "        keep = cols[None, :] < seq")], "causal condition"),
+    "< instead of <=": ([("keep", "        keep = (cols[None, :] < seq) & (cols[None, :] < offs_m[:, None])")],
+                        "<=, not <"),
+    "n_full off by one block": ([("n_full", "    n_full = (start_m * BLOCK_M // BLOCK_N + 1) * BLOCK_N")],
+                                "one block too far"),
+}
+
+
+def _kernel(src: str, tmp_path: Path, name: str):
+    return _module_from(src, tmp_path, name).my_causal_kernel
+
+
+def _wrong_72(changes) -> str:
+    src = RIGHT_72
+    for which, line in changes:
+        assert SOLUTION_LINES[which] in src
+        src = src.replace(SOLUTION_LINES[which], line)
+    return src
+
+
+def test_7_2_solution_cell_shows_the_tested_lines():
+    cells = json.loads(NOTEBOOK.read_text())["cells"]
+    sol = [c for c in cells if "solution" in c["metadata"].get("tags", []) and "n_full" in "".join(c["source"])]
+    assert len(sol) == 1
+    for line in SOLUTION_LINES.values():
+        assert line.strip() in "".join(sol[0]["source"])
+
+
+def test_7_2_no_answer_on_screen_before_the_checker():
+    """No cell above exercise 7.2's checker shows the causal bounds (the library's kernel comes after)."""
+    cells = json.loads(NOTEBOOK.read_text())["cells"]
+    src = ["".join(c["source"]) for c in cells]
+    at = next(i for i, s in enumerate(src) if s.startswith("lesson07.check_7_2"))
+    before = "\n".join(s for s, c in zip(src[:at], cells) if "solution" not in c["metadata"].get("tags", []))
+    assert "(start_m * BLOCK_M + 1) // BLOCK_N" not in before and "<= offs_m[:, None]" not in before
+    assert "def attention_fwd_kernel" not in before
+    at71 = next(i for i, s in enumerate(src) if s.startswith("lesson07.check_7_1"))
+    assert "masked_fill" not in "\n".join(src[:at71])  # naive_attention's causal branch comes after 7.1
+    at73 = next(i for i, s in enumerate(src) if s.startswith("lesson07.check_7_3"))
+    assert "logaddexp" not in "\n".join(s for s, c in zip(src[:at73], cells) if c["cell_type"] == "code")
+
+
+def test_7_2_right(capsys, tmp_path):
+    _assert(_verdict(capsys, lesson07.check_7_2, _kernel(RIGHT_72, tmp_path, "k72_right")), "correct")
+
+
+def test_7_2_right_without_the_redundant_bound(capsys, tmp_path):
+    src = _wrong_72([("keep", "        keep = cols[None, :] <= offs_m[:, None]")])
+    _assert(_verdict(capsys, lesson07.check_7_2, _kernel(src, tmp_path, "k72_right2")), "correct")
+
+
+def test_7_2_untouched_template_is_not_yet(capsys, tmp_path):
+    _assert(_verdict(capsys, lesson07.check_7_2, _kernel(TEMPLATE_72, tmp_path, "k72_template")), "not yet")
+    _assert(_verdict(capsys, lesson07.check_7_2, None), "not yet")
+
+
+@pytest.mark.parametrize("case", WRONG_7_2, ids=list(WRONG_7_2))
+def test_7_2_wrong_kernels_get_hints(capsys, tmp_path, case):
+    changes, hint = WRONG_7_2[case]
+    kernel = _kernel(_wrong_72(changes), tmp_path, "k72_" + "".join(ch for ch in case if ch.isalnum()))
+    _assert(_verdict(capsys, lesson07.check_7_2, kernel), "wrong", hint)
+
+
+def test_7_2_out_of_bounds_store_is_wrong(capsys, tmp_path):
+    src = RIGHT_72.replace(", o, mask=offs_m[:, None] < seq)", ", o)")
+    assert src != RIGHT_72
+    _assert(_verdict(capsys, lesson07.check_7_2, _kernel(src, tmp_path, "k72_oob")), "wrong", "past the end")
+
+
+def test_7_2_no_store_and_nan_results_are_told_apart(capsys, tmp_path):
+    no_store = RIGHT_72.replace("    tl.store(out_ptr", "    if seq < 0:\n        tl.store(out_ptr")
+    _assert(_verdict(capsys, lesson07.check_7_2, _kernel(no_store, tmp_path, "k72_nostore")), "wrong", "nothing was stored")
+    nan_out = RIGHT_72.replace("    o = acc / l_i[:, None]", "    o = acc / (l_i[:, None] * 0.0)  * 0.0")
+    line = _verdict(capsys, lesson07.check_7_2, _kernel(nan_out, tmp_path, "k72_nan"))
+    _assert(line, "wrong", "NaN")
+    assert "nothing was stored" not in line
+
+
+def test_7_2_not_a_kernel(capsys):
+    _assert(_verdict(capsys, lesson07.check_7_2, lambda *a: None), "wrong", "@triton.jit")
+
+
+# ---- 7.3: combine ------------------------------------------------------------------------------------
+
+
+def combine_answer(o_parts, lse_parts):
+    """The right answer (the notebook's solution cell shows the same lines)."""
+    lse = torch.logsumexp(lse_parts, dim=0)
+    return (o_parts * torch.exp(lse_parts - lse).unsqueeze(-1)).sum(dim=0), lse
 
 
 def _lse(lp):
     return torch.logsumexp(lp, 0)
 
 
-WRONG_7_2 = {
+WRONG_7_3 = {
     "plain average": (lambda o, lp: (o.mean(0), _lse(lp)), "plain average"),
     "weights e^lse, unnormalised": (lambda o, lp: ((o * lp.exp()[..., None]).sum(0), _lse(lp)), "divided by their sum"),
     "weights e^lse / sum e^lse, no max": (
         lambda o, lp: ((o * lp.exp()[..., None]).sum(0) / lp.exp().sum(0)[..., None], lp.exp().sum(0).log()),
         "overflow"),
-    "lse in log2": (lambda o, lp: (lesson07.combine_answer(o, lp)[0], _lse(lp) / math.log(2)), "log2"),
+    "lse in log2": (lambda o, lp: (combine_answer(o, lp)[0], _lse(lp) / math.log(2)), "log2"),
     "everything in base 2": (
         lambda o, lp: ((o * torch.exp2(lp - torch.logsumexp(lp * math.log(2), 0) / math.log(2))[..., None]).sum(0),
                        torch.logsumexp(lp * math.log(2), 0) / math.log(2)), "log2"),
-    "lse = the largest part's": (lambda o, lp: (lesson07.combine_answer(o, lp)[0], lp.max(0).values), "largest part"),
-    "lse = sum of the lse": (lambda o, lp: (lesson07.combine_answer(o, lp)[0], lp.sum(0)), "not their logs"),
+    "lse = the largest part's": (lambda o, lp: (combine_answer(o, lp)[0], lp.max(0).values), "largest part"),
+    "lse = sum of the lse": (lambda o, lp: (combine_answer(o, lp)[0], lp.sum(0)), "not their logs"),
     "base-2 weights": (
         lambda o, lp: ((o * torch.exp2(lp - torch.logsumexp(lp * math.log(2), 0) / math.log(2))[..., None]).sum(0),
                        _lse(lp)), "powers of 2"),
 }
 
 
-def test_7_2_right(capsys):
-    _assert(_verdict(capsys, lesson07.check_7_2, lesson07.combine_answer), "correct")
+def test_7_3_right(capsys):
+    _assert(_verdict(capsys, lesson07.check_7_3, combine_answer), "correct")
 
 
-def test_7_2_untouched_template(capsys):
+def test_7_3_untouched_template(capsys):
     ns = {}
-    exec(_notebook_cell("def combine"), ns)
-    _assert(_verdict(capsys, lesson07.check_7_2, ns["combine"]), "not yet")
-
-
-@pytest.mark.parametrize("case", WRONG_7_2, ids=list(WRONG_7_2))
-def test_7_2_wrong_answers_get_hints(capsys, case):
-    fn, hint = WRONG_7_2[case]
-    _assert(_verdict(capsys, lesson07.check_7_2, fn), "wrong", hint)
-
-
-def test_7_2_other_wrong_answers(capsys):
-    def in_place(o, lp):
-        lp.sub_(1.0)
-        return lesson07.combine_answer(o, lp + 1.0)
-
-    _assert(_verdict(capsys, lesson07.check_7_2, in_place), "wrong", "modified")
-    _assert(_verdict(capsys, lesson07.check_7_2, lambda o, lp: lesson07.combine_answer(o, lp)[0]), "wrong", "pair")
-    _assert(_verdict(capsys, lesson07.check_7_2, lambda o, lp: (o[0], lp[0])), "wrong")
-
-
-# ---- 7.3 ------------------------------------------------------------------------------------
-
-RIGHT = lesson07.SOLUTION_7_3
-UPDATE_ACC = "        acc = acc * alpha[:, None] + tl.dot(p, v)\n"
-UPDATE_L = "        l_i = l_i * alpha + tl.sum(p, axis=1)\n"
-FINAL_O = "    o = acc / l_i[:, None]\n"
-STORE_O_MASK = ", o, mask=offs_m[:, None] < seq_q)"
-LSE_EXPR = "(m_i + tl.log2(l_i)) * 0.6931471805599453"
-
-
-def _variant(*pairs):
-    src = RIGHT
-    for old, new in pairs:
-        assert old in src, old
-        src = src.replace(old, new)
-    return src
-
-
-WRONG_7_3 = {
-    "l rescaled, acc not": (_variant((UPDATE_ACC, "        acc = acc + tl.dot(p, v)\n")), "acc is not rescaled"),
-    "neither l nor acc rescaled": (_variant((UPDATE_ACC, "        acc = acc + tl.dot(p, v)\n"),
-                                  (UPDATE_L, "        l_i = l_i + tl.sum(p, axis=1)\n")), "neither l_i nor acc"),
-    "divided inside the loop": (_variant((UPDATE_ACC, "        acc = (acc * alpha[:, None] + tl.dot(p, v)) / l_i[:, None]\n"),
-                                         (FINAL_O, "    o = acc\n")), "inside the loop"),
-    "exp on base-2 scores": (_variant(("alpha = tl.exp2(", "alpha = tl.exp("), ("p = tl.exp2(", "p = tl.exp(")), "tl.exp2"),
-    "no final division": (_variant((FINAL_O, "    o = acc\n")), "divide once"),
-    "lse in log2": (_variant((LSE_EXPR, "m_i + tl.log2(l_i)")), "log2 units"),
-    "lse mixes bases": (_variant((LSE_EXPR, "m_i + tl.log(l_i)")), "LSE"),
-    "no lse stored": (_variant(("    tl.store(lse_ptr + rows, " + LSE_EXPR + ", mask=offs_m < seq_q)\n", "")),
-                      "nothing was stored in lse"),
-    "output store without a mask": (_variant((STORE_O_MASK, ", o)")), "past the end"),
-}
-
-
-def test_7_3_right(capsys, tmp_path):
-    mod = _module_from(RIGHT, tmp_path, "sol73_right")
-    _assert(_verdict(capsys, lesson07.check_7_3, mod.my_attention_kernel), "correct")
-
-
-def test_7_3_solution_cell_matches_the_tested_solution():
-    nb = json.loads(NOTEBOOK.read_text())
-    sol = [("".join(c["source"])) for c in nb["cells"] if "solution" in c.get("metadata", {}).get("tags", [])
-           and "my_attention_kernel" not in "".join(c["source"]) and "tl.exp2(m_i - m_new)" in "".join(c["source"])]
-    assert sol, "the solution cell of exercise 7.3"
-    for line in ("m_new = tl.maximum(m_i, tl.max(s, axis=1))", "acc = acc * alpha[:, None] + tl.dot(p, v)",
-                 "o = acc / l_i[:, None]", LSE_EXPR):
-        assert line in sol[0] and line in RIGHT
-
-
-def test_7_3_untouched_template_is_not_yet(capsys, tmp_path):
-    mod = _module_from(_notebook_cell("@triton.jit\ndef my_attention_kernel"), tmp_path, "tmpl73")
-    _assert(_verdict(capsys, lesson07.check_7_3, mod.my_attention_kernel), "not yet")
-    _assert(_verdict(capsys, lesson07.check_7_3, None), "not yet")
+    exec(_notebook_code("def combine"), ns)
+    _assert(_verdict(capsys, lesson07.check_7_3, ns["combine"]), "not yet")
 
 
 @pytest.mark.parametrize("case", WRONG_7_3, ids=list(WRONG_7_3))
-def test_7_3_wrong_kernels_get_hints(capsys, tmp_path, case):
-    src, hint = WRONG_7_3[case]
-    mod = _module_from(src, tmp_path, "k73_" + case.replace(" ", "_").replace(",", ""))
-    _assert(_verdict(capsys, lesson07.check_7_3, mod.my_attention_kernel), "wrong", hint)
+def test_7_3_wrong_answers_get_hints(capsys, case):
+    fn, hint = WRONG_7_3[case]
+    _assert(_verdict(capsys, lesson07.check_7_3, fn), "wrong", hint)
 
 
-def test_7_3_far_out_of_bounds_store_is_wrong_and_the_process_lives(capsys, tmp_path):
-    if not helpers.INTERPRETER:
-        pytest.skip("a far out-of-bounds store is only stopped before it happens under the interpreter")
-    src = _variant(("tl.store(lse_ptr + rows,", "tl.store(lse_ptr + rows + 100000000,"))
-    mod = _module_from(src, tmp_path, "k73_far_oob")
-    _assert(_verdict(capsys, lesson07.check_7_3, mod.my_attention_kernel), "wrong", "out of bounds")
-    mod = _module_from(RIGHT, tmp_path, "k73_after_oob")  # and the next run is fine
-    _assert(_verdict(capsys, lesson07.check_7_3, mod.my_attention_kernel), "correct")
+def test_7_3_other_wrong_answers(capsys):
+    def in_place(o, lp):
+        lp.sub_(1.0)
+        return combine_answer(o, lp + 1.0)
+
+    _assert(_verdict(capsys, lesson07.check_7_3, in_place), "wrong", "modified")
+    _assert(_verdict(capsys, lesson07.check_7_3, lambda o, lp: combine_answer(o, lp)[0]), "wrong", "pair")
+    _assert(_verdict(capsys, lesson07.check_7_3, lambda o, lp: (o[0], lp[0])), "wrong")
 
 
-def test_7_3_not_a_kernel_and_a_kernel_that_fails(capsys, tmp_path):
-    _assert(_verdict(capsys, lesson07.check_7_3, lambda *a: None), "wrong", "@triton.jit")
-    src = _variant(("    o = acc / l_i[:, None]\n", "    o = acc / l_i[:, None, None]\n"))
-    mod = _module_from(src, tmp_path, "k73_bad_shape")
-    _assert(_verdict(capsys, lesson07.check_7_3, mod.my_attention_kernel), "wrong")
-
-
-def test_the_tile_configuration_in_use_is_the_fastest_candidate(capsys):
-    """The prose: the configuration attention_config gives is the fastest of the tuner's candidates,
-    or within a percent of it, for every head dim and mask on both recorded GPUs."""
-    rows = lesson07.tile_tuning()
-    assert {r["gpu"] for r in rows} == {"NVIDIA H100 80GB HBM3", "NVIDIA H200"}
-    assert len(rows) == 8 and all(r["candidates"] >= 10 for r in rows)
-    assert all(r["used"] / r["best"] >= 0.99 for r in rows), [(r["gpu"], r["D"], r["causal"]) for r in rows]
-    lesson07.print_tile_tuning()
-    out = capsys.readouterr().out
-    assert f"at least {min(r['used'] / r['best'] for r in rows):.2f} of the fastest of 10 candidates" in out
-
-
-@pytest.mark.parametrize("gpu", ["h100", "h200"])
-def test_below_target_from_4k_only_at_d128_without_a_mask(gpu):
-    """The prose: from S = 4K on, every point below 0.8 of the fastest SDPA backend is D = 128 without
-    a mask (on both recorded GPUs; the lesson shows the H100's)."""
-    rows, _ = lesson07.attention_data(live=False, path=gpu_data.DATA_DIR / f"attention_{gpu}.csv")
-    below = set()
-    for r in rows:
-        if r["provider"] == "course" and lesson07._ok(r) and r["S"] >= 4096:
-            best = lesson07.best_sdpa(rows, r["dtype"], r["D"], r["causal"], r["S"])
-            if r["graph_tflops"] / best[1] < 0.8:
-                below.add((r["D"], int(r["causal"])))
-    assert below <= {(128, 0)} and below
