@@ -211,11 +211,12 @@ def check_9_1(merge) -> None:
 
 K_9_2 = 8
 #: (sorted logits, k, top_p, temperature): a nucleus inside a top-k, a top token above top_p, a
-#: temperature that matters, a top-k alone.
+#: temperature that matters, a top-k alone, a heavy tail past the top k (renormalizing matters).
 CASES_9_2 = (([3.0, 2.5, 2.0, 1.0, 0.5, 0.0, -1.0, -2.0], 6, 0.8, 0.7),
              ([5.0, 1.0, 0.5, 0.4, 0.2, 0.0, -0.5, -1.0], 4, 0.5, 1.0),
              ([1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3], 8, 1.0, 0.5),
-             ([0.5, 0.4, 0.3, 0.2, 0.1, 0.0, -0.1, -0.2], 3, 1.0, 1.0))
+             ([0.5, 0.4, 0.3, 0.2, 0.1, 0.0, -0.1, -0.2], 3, 1.0, 1.0),
+             ([3.0, 2.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0], 3, 0.6, 1.0))
 U_9_2 = 24
 
 
@@ -241,8 +242,8 @@ HINTS_9_2 = {
     "temp_after": "the temperature must divide the logits before the softmax (logits * inv_temp): "
                   "scaling probabilities after it changes nothing once they are renormalized",
     "k_plus_1": "you keep k + 1 tokens: the top-k lanes are lane < k",
-    "no_top_k": "no top-k: only the first k lanes may be drawn",
     "no_renorm": "renormalize over the top k before the nucleus (q / sum of the k kept), as Hugging Face does",
+    "no_top_k": "no top-k: only the first k lanes may be drawn",
     "no_mass": "scale u by the kept mass: the target is u * (sum of the kept q), not u",
 }
 
@@ -260,7 +261,7 @@ def _trial_9_2(kernel) -> str:
     u = _uniforms()
     R, stride = len(CASES_9_2) * U_9_2, K_9_2 + 5
     logits, uu = guarded((R, K_9_2), row_stride=stride), guarded((R,))
-    out = guarded((R,), dtype=torch.int64, fill=-1)
+    out = guarded((R,), dtype=torch.int64, fill=-7)
     for i, (v, _, _, _) in enumerate(CASES_9_2):
         logits[i * U_9_2:(i + 1) * U_9_2] = torch.tensor(v).to(logits.device)
         uu[i * U_9_2:(i + 1) * U_9_2] = u.float().to(uu.device)
@@ -275,11 +276,14 @@ def _trial_9_2(kernel) -> str:
         where = f"with k = {k}, top_p = {top_p}, temperature = {temp}"
         if torch.equal(mine, want):
             continue
-        if (mine == -1).any():
-            raise Wrong(f"{where}: some rows got nothing stored: does every program store at out_ptr + row?")
         for mistake, hint in HINTS_9_2.items():
             if torch.equal(mine, positions(v, k, top_p, temp, u, mistake)):
                 raise Wrong(f"{where}: {hint}")
+        if (mine == -7).any():
+            raise Wrong(f"{where}: some rows got nothing stored: does every program store at out_ptr + row?")
+        if ((mine < 0) | (mine >= k)).any():
+            raise Wrong(f"{where}: positions outside 0..k-1, such as {mine[(mine < 0) | (mine >= k)][0].item()}: does each "
+                        f"program read its K logits at logits_ptr + row * row_stride (past them lies NaN)?")
         raise Wrong(f"{where}: for u = {fmt(u[:6], 3)}... the positions should be {want[:6].tolist()}..., got "
                     f"{mine[:6].tolist()}... Does each program read its K logits at logits_ptr + row * row_stride?")
     return f"{len(CASES_9_2) * U_9_2} draws, every position as float64 picks"

@@ -1,0 +1,286 @@
+"""Lesson 09's module: the key probe, the correctness and frequency checks, and both exercise checkers
+fed right, untouched, raising and plausibly wrong answers (each wrong one must get the hint naming it).
+
+Every checker must print exactly one line and never raise, whatever the learner wrote.
+"""
+
+from __future__ import annotations
+
+import math
+
+import helpers  # noqa: F401  (first: interpreter or GPU)
+import pytest
+import torch
+import triton
+import triton.language as tl
+from checking import _raises, _untouched, status, verdict
+from helpers import lesson09
+
+# --------------------------------------------------------------------------------------------
+# Keys, correctness, frequencies
+# --------------------------------------------------------------------------------------------
+
+
+def test_keys_order_as_logits_then_lower_column():
+    x = torch.tensor([1.5, -0.0, 0.0, -2.0, float("-inf"), 3.0, -1.0, 1.5, -1e-30, 1e30])
+    keys = lesson09.keys_of(x)
+    assert x[keys.argsort()].tolist() == sorted(x.tolist())
+    assert keys[0] > keys[7]  # equal logits: the lower column has the larger key
+    assert [0x7FFFFFFF - int(k) % 2**32 for k in keys] == list(range(len(x)))
+
+
+def test_check_softmax_topk_passes_the_kernel_and_fails_a_wrong_one():
+    assert lesson09.check_softmax_topk()
+
+    def unnormalized(x, k):  # the top k of exp(x - max) without dividing by the sum
+        v, i = torch.exp(x.float() - x.float().max(-1, keepdim=True).values).topk(k)
+        return v.to(x.dtype), i
+    assert not lesson09.check_softmax_topk(unnormalized)
+
+
+def test_topk_error_sees_wrong_indices_and_a_modified_input():
+    x = torch.randn(2, 20, generator=torch.Generator().manual_seed(0))
+
+    def wrong_idx(x, k):
+        v, i = torch.softmax(x.float(), -1).topk(k)
+        return v, (i + 1) % x.shape[-1]
+
+    def in_place(x, k):
+        x.mul_(1.0)
+        x[0, 0] = 99.0
+        return torch.softmax(x.float(), -1).topk(k)
+    assert lesson09.topk_error(lambda x, k: torch.softmax(x.float(), -1).topk(k), x, 4) < 1e-6
+    assert lesson09.topk_error(wrong_idx, x, 4) > 1e-3
+    assert lesson09.topk_error(in_place, x, 4) == math.inf
+
+
+def test_exact_probs_follow_the_hugging_face_order():
+    logits = torch.tensor([2.0, 1.0, 0.0, -1.0])
+    q = lesson09.exact_probs(logits, top_k=3, top_p=0.7)
+    p = torch.softmax(logits.double(), -1)[:3]
+    p = p / p.sum()  # renormalized top 3: 0.665, 0.245, 0.090
+    assert q[0] == pytest.approx(p[0] / (p[0] + p[1])) and q[2] == 0 and q[3] == 0
+    assert lesson09.exact_probs(logits, top_p=0.01)[0] == 1.0  # the top token always stays
+    assert lesson09.exact_probs(logits).sum() == pytest.approx(1.0)
+
+
+def test_frequency_check_catches_a_wrong_sampler():
+    def ignores_temperature(logits, generator=None, temperature=1.0, top_k=None, top_p=None):
+        from helpers.kernels.sampling import sample
+        return sample(logits, generator=generator, top_k=top_k, top_p=top_p)
+    bad = lesson09.frequency_check(draws=120, settings=({"temperature": 0.3},), fn=ignores_temperature)
+    assert not bad["agrees"].all()
+
+
+# --------------------------------------------------------------------------------------------
+# Exercise 9.1: merge two states
+# --------------------------------------------------------------------------------------------
+
+
+def merge_solution(a, b, k):  # the notebook's solution
+    (m_a, d_a, v_a, c_a), (m_b, d_b, v_b, c_b) = a, b
+    m = torch.maximum(m_a, m_b)
+    if m == float("-inf"):
+        d = d_a + d_b
+    else:
+        d = d_a * torch.exp(m_a - m) + d_b * torch.exp(m_b - m)
+    values, at = torch.cat([v_a, v_b]).topk(k)
+    return m, d, values, torch.cat([c_a, c_b])[at]
+
+
+def _with(d_fn=None, cand=None):
+    def merge(a, b, k):
+        m, d, v, c = merge_solution(a, b, k)
+        if d_fn is not None:
+            d = d_fn(a, b, m)
+        if cand is not None:
+            v, c = cand(a, b, k, v, c)
+        return m, d, v, c
+    return merge
+
+
+WRONG_9_1 = {
+    "merging without rescaling": _with(d_fn=lambda a, b, m: a[1] + b[1]),
+    "the factor is e^(m_A - m)": _with(d_fn=lambda a, b, m: a[1] * torch.exp(m - a[0]) + b[1] * torch.exp(m - b[0])),
+    "two states of only -inf": _with(d_fn=lambda a, b, m: a[1] * torch.exp(a[0] - m) + b[1] * torch.exp(b[0] - m)),
+    "keep exactly k": _with(cand=lambda a, b, k, v, c: (torch.cat([a[2], b[2]]).topk(k + 1).values,
+                                                          torch.cat([a[3], b[3]])[torch.cat([a[2], b[2]]).topk(k + 1).indices])),
+    "not the first k of their concatenation": _with(cand=lambda a, b, k, v, c: (torch.cat([a[2], b[2]])[:k],
+                                                                                 torch.cat([a[3], b[3]])[:k])),
+    "descending order": _with(cand=lambda a, b, k, v, c: (v.flip(0), c.flip(0))),
+    "the columns must move with their values": _with(cand=lambda a, b, k, v, c: (v, torch.cat([a[3], b[3]])[:k])),
+}
+
+
+def test_checker_9_1_contract(capsys):
+    assert status(verdict(capsys, lesson09.check_9_1, merge_solution)).startswith("correct")
+    assert status(verdict(capsys, lesson09.check_9_1, lesson09.merge_answer)).startswith("correct")
+    assert status(verdict(capsys, lesson09.check_9_1, _untouched)).startswith("not yet")
+    assert status(verdict(capsys, lesson09.check_9_1, None)).startswith("not yet")
+    assert status(verdict(capsys, lesson09.check_9_1, _raises)).startswith("wrong: your code raised ZeroDivisionError")
+    assert status(verdict(capsys, lesson09.check_9_1, lambda a, b, k: None)).startswith("wrong")
+
+
+@pytest.mark.parametrize("hint", list(WRONG_9_1))
+def test_checker_9_1_wrong_answers(capsys, hint):
+    line = verdict(capsys, lesson09.check_9_1, WRONG_9_1[hint])
+    assert status(line).startswith("wrong") and hint in line, line
+
+
+def test_checker_9_1_sees_a_modified_input(capsys):
+    def in_place(a, b, k):
+        a[2][0] = 0.0
+        return merge_solution(a, b, k)
+    assert "changed its inputs" in verdict(capsys, lesson09.check_9_1, in_place)
+
+
+# --------------------------------------------------------------------------------------------
+# Exercise 9.2: the sampling step, in Triton
+# --------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _step(out_ptr, logits_ptr, u_ptr, row_stride, k, top_p, inv_temp, K: tl.constexpr, MISTAKE: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    lane = tl.arange(0, K)
+    v = tl.load(logits_ptr + row * row_stride + lane)
+    if MISTAKE != 2:
+        v = v * inv_temp
+    if MISTAKE == 3:
+        live = lane <= k
+    elif MISTAKE == 4:
+        live = lane < K
+    else:
+        live = lane < k
+    e = tl.exp(v - tl.max(v, 0))
+    q = tl.where(live, e, 0.0)
+    if MISTAKE == 5:
+        q = q / tl.sum(e, 0)
+    else:
+        q = q / tl.sum(q, 0)
+    incl = tl.cumsum(q, 0)
+    if MISTAKE == 1:
+        keep = live & (incl < top_p)
+    else:
+        keep = live & (incl - q < top_p)
+    kept = tl.sum(tl.where(keep, q, 0.0), 0)
+    target = tl.load(u_ptr + row)
+    if MISTAKE != 6:
+        target = target * kept
+    n_keep = tl.sum(keep.to(tl.int32), 0)
+    pos = tl.minimum(tl.sum((keep & (incl <= target)).to(tl.int32), 0), n_keep - 1)
+    if MISTAKE == 7:
+        pos = pos * 0 + 1
+    tl.store(out_ptr + row, pos)
+
+
+@triton.jit
+def step_right(out_ptr, logits_ptr, u_ptr, row_stride, k, top_p, inv_temp, K: tl.constexpr):
+    _step(out_ptr, logits_ptr, u_ptr, row_stride, k, top_p, inv_temp, K, 0)
+
+
+@triton.jit
+def step_drop_top(out_ptr, logits_ptr, u_ptr, row_stride, k, top_p, inv_temp, K: tl.constexpr):
+    _step(out_ptr, logits_ptr, u_ptr, row_stride, k, top_p, inv_temp, K, 1)
+
+
+@triton.jit
+def step_temp_after(out_ptr, logits_ptr, u_ptr, row_stride, k, top_p, inv_temp, K: tl.constexpr):
+    _step(out_ptr, logits_ptr, u_ptr, row_stride, k, top_p, inv_temp, K, 2)
+
+
+@triton.jit
+def step_k_plus_1(out_ptr, logits_ptr, u_ptr, row_stride, k, top_p, inv_temp, K: tl.constexpr):
+    _step(out_ptr, logits_ptr, u_ptr, row_stride, k, top_p, inv_temp, K, 3)
+
+
+@triton.jit
+def step_no_top_k(out_ptr, logits_ptr, u_ptr, row_stride, k, top_p, inv_temp, K: tl.constexpr):
+    _step(out_ptr, logits_ptr, u_ptr, row_stride, k, top_p, inv_temp, K, 4)
+
+
+@triton.jit
+def step_no_renorm(out_ptr, logits_ptr, u_ptr, row_stride, k, top_p, inv_temp, K: tl.constexpr):
+    _step(out_ptr, logits_ptr, u_ptr, row_stride, k, top_p, inv_temp, K, 5)
+
+
+@triton.jit
+def step_no_mass(out_ptr, logits_ptr, u_ptr, row_stride, k, top_p, inv_temp, K: tl.constexpr):
+    _step(out_ptr, logits_ptr, u_ptr, row_stride, k, top_p, inv_temp, K, 6)
+
+
+@triton.jit
+def step_constant(out_ptr, logits_ptr, u_ptr, row_stride, k, top_p, inv_temp, K: tl.constexpr):
+    _step(out_ptr, logits_ptr, u_ptr, row_stride, k, top_p, inv_temp, K, 7)
+
+
+@triton.jit
+def step_contiguous_rows(out_ptr, logits_ptr, u_ptr, row_stride, k, top_p, inv_temp, K: tl.constexpr):
+    _step(out_ptr, logits_ptr, u_ptr, K, k, top_p, inv_temp, K, 0)  # rows K apart, not row_stride
+
+
+@triton.jit
+def step_no_store(out_ptr, logits_ptr, u_ptr, row_stride, k, top_p, inv_temp, K: tl.constexpr):
+    row = tl.program_id(0)
+    if row > 1000000:
+        tl.store(out_ptr + row, 0)
+
+
+@triton.jit
+def step_untouched(out_ptr, logits_ptr, u_ptr, row_stride, k, top_p, inv_temp, K: tl.constexpr):
+    # Temperature, then top-k (renormalized), then the nucleus top_p, then the inverse CDF at u.
+    raise NotImplementedError  # your code here
+
+
+def step_not_a_kernel(out_ptr, logits_ptr, u_ptr, row_stride, k, top_p, inv_temp, K):
+    return None
+
+
+@pytest.mark.parametrize("kernel, expected, words", [
+    (step_right, "correct", "draws"),
+    (step_untouched, "not yet", ""),
+    (None, "not yet", ""),
+    (step_not_a_kernel, "wrong", "@triton.jit"),
+    (step_drop_top, "wrong", "drops the top token"),
+    (step_temp_after, "wrong", "before the softmax"),
+    (step_k_plus_1, "wrong", "k + 1 tokens"),
+    (step_no_top_k, "wrong", "only the first k lanes"),
+    (step_no_renorm, "wrong", "renormalize over the top k"),
+    (step_no_mass, "wrong", "scale u by the kept mass"),
+    (step_constant, "wrong", "the positions should be"),
+    (step_contiguous_rows, "wrong", "row_stride"),
+    (step_no_store, "wrong", "nothing stored"),
+], ids=["right", "untouched", "none", "not_a_kernel", "drop_top", "temp_after", "k_plus_1", "no_top_k",
+        "no_renorm", "no_mass", "constant", "contiguous_rows", "no_store"])
+def test_checker_9_2(capsys, kernel, expected, words):
+    line = verdict(capsys, lesson09.check_9_2, kernel)
+    assert status(line).startswith(expected), line
+    assert words in line, line
+
+
+def test_every_mistake_of_9_2_changes_some_position():
+    u = lesson09._uniforms()
+    for mistake in lesson09.HINTS_9_2:
+        assert any(not torch.equal(lesson09.positions(v, k, p, t, u), lesson09.positions(v, k, p, t, u, mistake))
+                   for v, k, p, t in lesson09.CASES_9_2), mistake
+
+
+def test_the_notebooks_solutions_are_correct(capsys, tmp_path, monkeypatch):
+    """The code of each `solution` cell of the lesson, run through its checker."""
+    import importlib
+    import json
+    import re
+    from pathlib import Path
+
+    nb = json.loads((Path(__file__).resolve().parent.parent / "notebooks" / "09_vocab_sampling.ipynb").read_text())
+    blocks = []
+    for c in nb["cells"]:
+        if "solution" in c.get("metadata", {}).get("tags", []):
+            blocks += re.findall(r"```python\n(.*?)```", "".join(c["source"]), re.S)
+    assert len(blocks) == 2
+    header = "import torch\nimport triton\nimport triton.language as tl\n\n"
+    (tmp_path / "lesson09_solutions.py").write_text(header + "\n\n".join(blocks))  # Triton reads kernels' source
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sol = importlib.import_module("lesson09_solutions")
+    assert status(verdict(capsys, lesson09.check_9_1, sol.merge)).startswith("correct")
+    assert status(verdict(capsys, lesson09.check_9_2, sol.sample_step_kernel)).startswith("correct")
