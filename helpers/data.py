@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import hashlib
 import io
+import numbers
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from .gpu_data import DATA_DIR, SPREAD_LIMIT
@@ -106,15 +108,17 @@ class Table:
 
 
 def _fmt(v, digits: int) -> str:
+    """A cell as text: strings as they are, NaN as a dash, integers (numpy's too) without
+    decimals and with thousands separators from 10,000, floats with ``digits`` decimals."""
     if isinstance(v, str):
         return v
-    if v is None or (isinstance(v, float) and v != v):
+    if v is None or (isinstance(v, (float, np.floating)) and v != v):
         return "–"
-    if isinstance(v, (bool,)):
-        return str(v)
-    if isinstance(v, int) or (hasattr(v, "is_integer") and float(v).is_integer() and abs(v) >= 10 ** digits):
-        return f"{int(v):,}" if abs(v) >= 10000 else str(int(v))
-    return f"{v:.{digits}f}"
+    if isinstance(v, (bool, np.bool_)):
+        return "yes" if v else "no"
+    if isinstance(v, (numbers.Integral, np.integer)):
+        return f"{int(v):,}" if abs(int(v)) >= 10000 else str(int(v))
+    return f"{float(v):.{digits}f}"
 
 
 def show(df, *, digits: int = 2, best: str | None = None, axis: int = 1, noisy=None,

@@ -38,3 +38,11 @@ def quotes(text: str, value: float | int | str, fmt: str = "{:.2f}") -> None:
     """Assert that ``text`` quotes ``value`` as ``fmt`` renders it."""
     shown = value if isinstance(value, str) else fmt.format(value)
     assert shown in text, f"the prose should quote {shown} (from the data), but it does not:\n{text[:600]}"
+
+
+def code_cell_with(lesson: str, phrase: str) -> str:
+    """The one code cell of a lesson whose source contains ``phrase``."""
+    cells = ["".join(c["source"]) for c in notebook(lesson)["cells"] if c["cell_type"] == "code"]
+    hits = [c for c in cells if phrase in c]
+    assert len(hits) == 1, f"{lesson}: expected one code cell containing {phrase!r}, found {len(hits)}"
+    return hits[0]
