@@ -502,6 +502,10 @@ def _error(e) -> dict:
             or "NotImplementedError" in str(e)}
 
 
+_KERNELS: dict = {}
+_FF = b"\xff" * SLACK
+
+
 def _handle(msg, out_fd: int):
     import torch
 
@@ -516,10 +520,8 @@ def _handle(msg, out_fd: int):
         _storage_devices(v, dev_of)
     bufs = []
     for i, data in enumerate(storages):
-        b = torch.full((SLACK + len(data) + SLACK,), 0xFF, dtype=torch.uint8)
-        if data:
-            b[SLACK:SLACK + len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-        bufs.append(b.to(dev_of.get(i, "cpu")))
+        raw = bytearray(_FF) + bytearray(data) + bytearray(_FF)
+        bufs.append(torch.frombuffer(raw, dtype=torch.uint8).to(dev_of.get(i, "cpu")))
     captured = tempfile.TemporaryFile()
     saved = os.dup(1)
     sys.stdout.flush()
@@ -528,7 +530,10 @@ def _handle(msg, out_fd: int):
     try:
         a = [_unpack(v, bufs) for v in args]
         kw = {k: _unpack(v, bufs) for k, v in kwargs.items()}
-        kernel = _build(spec, {})
+        key = hashlib.sha1(pickle.dumps(spec, protocol=pickle.HIGHEST_PROTOCOL)).hexdigest()
+        kernel = _KERNELS.get(key)
+        if kernel is None:  # built once per distinct kernel (on a GPU, compiled once per signature)
+            kernel = _KERNELS[key] = _build(spec, {})
         kernel[grid](*a, **kw)
         if on_cuda:
             torch.cuda.synchronize()
@@ -554,11 +559,11 @@ def _handle(msg, out_fd: int):
     back = []
     outside = []
     for i, b in enumerate(bufs):
-        h = b.cpu()
+        h = b.cpu().numpy()
         n = len(storages[i])
-        if not (bool((h[:SLACK] == 0xFF).all()) and bool((h[SLACK + n:] == 0xFF).all())):
+        if h[:SLACK].tobytes() != _FF or h[SLACK + n:].tobytes() != _FF:
             outside.append(i)
-        back.append(h[SLACK:SLACK + n].numpy().tobytes())
+        back.append(h[SLACK:SLACK + n].tobytes())
     if kind == "ok" and outside:
         return ("wrote-outside", back, out, "your kernel wrote outside the memory of the tensors it was given")
     return (kind, back, out, err)
@@ -572,7 +577,19 @@ def _storage_devices(v, dev_of):
             _storage_devices(u, dev_of)
 
 
+def _exit_with_parent(parent: int) -> None:
+    """End the worker when the notebook's process is gone (even while a kernel of the learner hangs)."""
+    while True:
+        time.sleep(1.0)
+        if os.getppid() != parent:
+            os._exit(1)
+
+
 def main() -> None:
+    # The parent decides when the worker stops (it kills it on a time-out or an interrupt); Jupyter's
+    # interrupt button signals the whole process group, which must not end an idle worker.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
     proto_in = os.fdopen(os.dup(0), "rb")
     proto_out = os.fdopen(os.dup(1), "wb")
     devnull = os.open(os.devnull, os.O_RDONLY)
@@ -580,6 +597,11 @@ def main() -> None:
     os.dup2(2, 1)  # whatever the kernel prints cannot reach the protocol
     import helpers  # noqa: F401  (first: it decides interpreter or GPU before Triton loads)
     from helpers import mode
+
+    if mode.INTERPRETER:
+        import torch
+
+        torch.set_num_threads(1)  # the interpreter's small tensors gain nothing from a thread pool
     import triton
 
     _send(proto_out, {"pid": os.getpid(), "mode": mode.MODE, "triton": triton.__version__})

@@ -496,3 +496,16 @@ def test_no_private_triton_internals():
         src = _inspect.getsource(mod)
         for private in ("InterpreterBuilder", "triton.runtime.interpreter", "create_masked_load", "bounds_checked"):
             assert private not in src, f"{mod.__name__} uses {private}"
+
+
+def test_an_interrupt_of_the_notebook_leaves_an_idle_worker_alone():
+    """Jupyter's interrupt button signals the whole process group: the idle worker ignores it."""
+    import signal
+
+    w = sandbox.worker()
+    pid = w.info["pid"]
+    os.kill(pid, signal.SIGINT)
+    time.sleep(0.3)
+    x, out = ex.guarded((4,), fill=1.0), ex.guarded((4,))
+    ex.run_learner_kernel(scale_kernel, (1,), out, x, 4, BLOCK=4)
+    assert out.tolist() == [2.0] * 4 and sandbox.worker().info["pid"] == pid
