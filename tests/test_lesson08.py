@@ -1,35 +1,47 @@
-"""Lesson 08's module: the Jacobian and traffic tables, the correctness table, the recorded bandwidth
-(from a temporary CSV: the real one is written on a GPU), the op demos, and every exercise checker
-fed right, untouched, raising and plausibly wrong answers (each wrong one must get its hint).
+"""Lesson 08's module: the correctness inputs, the bandwidth figure, the op demos, and every exercise
+checker fed the right answer, the untouched template and each plausible wrong answer (one test each,
+expecting "wrong" with the hint that names the mistake). Also what the lesson's visible cells show
+(the Jacobian, the vector-Jacobian product, the traffic counts), asserted here.
 
 Every checker must print exactly one line and never raise, whatever the learner wrote.
 """
 
 from __future__ import annotations
 
-import math
+import importlib
+import json
+import re
+import sys
+from pathlib import Path
 
 import helpers
 import pytest
 import torch
 import triton
-import triton.language as tl
-from helpers import gpu_data, lesson08
+import triton.language as tl  # noqa: F401  (the generated kernels' module uses it)
 from checking import _untouched, status, verdict
+from helpers import data, lesson08
+from helpers.kernels import softmax_backward_looped, softmax_backward_tiled
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 # --------------------------------------------------------------------------------------------
-# The lesson's tables and demos
+# What the lesson's cells show
 # --------------------------------------------------------------------------------------------
 
 
-def test_jacobian_formula_matches_autograd(capsys):
-    x = torch.tensor([0.3, -1.0, 2.0, 0.0, 1.5], dtype=torch.float64)
-    J = lesson08.jacobian_autograd(x)
-    torch.testing.assert_close(J, lesson08.jacobian_formula(torch.softmax(x, -1)), atol=1e-15, rtol=0)
-    lesson08.print_jacobian(x)
-    out = capsys.readouterr().out
-    assert "(to 1e-15): True" in out and "sum to 0: True" in out and "symmetric: True" in out
+def vjp(y, dy):
+    return y * (dy - (y * dy).sum(-1, keepdim=True))
+
+
+def test_jacobian_is_diag_minus_outer_symmetric_rows_sum_to_zero():
+    x = torch.tensor([1.0, 2.0, 0.5, -1.0], dtype=torch.float64)
+    y = torch.softmax(x, -1)
+    J = torch.autograd.functional.jacobian(lambda t: torch.softmax(t, dim=-1), x)
+    torch.testing.assert_close(J, torch.diag(y) - torch.outer(y, y), atol=1e-15, rtol=0)
+    assert J.sum(1).abs().max() < 1e-12 and torch.equal(J, J.T)
+    assert (J.diagonal() > 0).all() and (J - torch.diag(J.diagonal()) <= 0).all()
 
 
 def test_vjp_formula_is_j_transpose_dy():
@@ -37,82 +49,80 @@ def test_vjp_formula_is_j_transpose_dy():
     x = torch.randn(6, generator=g, dtype=torch.float64)
     dy = torch.randn(6, generator=g, dtype=torch.float64)
     y = torch.softmax(x, -1)
-    torch.testing.assert_close(lesson08.vjp_formula(y, dy), lesson08.jacobian_formula(y).T @ dy)
+    torch.testing.assert_close(vjp(y, dy), (torch.diag(y) - torch.outer(y, y)).T @ dy)
 
 
-def test_traffic_rows():
-    rows = {r["name"]: r for r in lesson08.traffic_rows(8, 16)}
-    assert rows["naive PyTorch, 4 ops"]["total"] == 9 * 8 * 16
-    assert rows["one kernel, rows on chip"]["total"] == 3 * 8 * 16 and rows["one kernel, rows on chip"]["best_frac"] == 1.0
-    assert math.isclose(rows["looped, rows re-read"]["best_frac"], 0.6)
+def test_traffic_counts_the_four_ops_of_the_formula():
+    """The naive backward's 9MN: y * dy (2 reads, 1 write), the row sum (1 read), dy - s (1 read,
+    1 write), y * (...) (2 reads, 1 write); the row sum's M-element output is left out."""
+    ops = [(2, 1), (1, 0), (1, 1), (2, 1)]
+    assert sum(r for r, _ in ops) == 6 and sum(w for _, w in ops) == 3
+    assert 3 / (6 + 3) == pytest.approx(1 / 3) and 3 / (4 + 1) == pytest.approx(0.6)
 
 
-def test_tables_print(capsys):
-    lesson08.jacobian_bytes_table()
-    lesson08.print_traffic_table(M=4, N=8)
-    out = capsys.readouterr().out
-    assert "68.7 GB" in out and "9MN" in out and "0.33" in out
+TOLERANCE = {torch.float32: 1e-6, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}  # the lesson's, of the largest |dx|
 
 
-def test_check_backward_shapes(capsys):
-    assert lesson08.check_backward_shapes(shapes=[(3, 5), (2, 2, 7)], dtypes=(torch.float32, torch.bfloat16))
-    assert len(capsys.readouterr().out.strip().splitlines()) == 1 + 4
-    assert set(lesson08.correctness_shapes()) == set(lesson08.GPU_SHAPES if helpers.ON_GPU else lesson08.CPU_SHAPES)
+def test_both_backward_kernels_within_the_lessons_tolerance():
+    """What the lesson's correctness cell shows: both kernels, three dtypes, errors within its tolerance."""
+    g = torch.Generator().manual_seed(0)
+    for shape in ((1, 1), (3, 5), (2, 2, 7), (4, 781)):
+        for dtype in (torch.float32, torch.float16, torch.bfloat16):
+            y = torch.softmax(torch.randn(shape, generator=g) * 3, dim=-1).to(helpers.DEVICE, dtype)
+            dy = torch.randn(shape, generator=g).to(helpers.DEVICE, dtype)
+            ref = vjp(y.double(), dy.double())
+            for dx in (softmax_backward_tiled(y, dy), softmax_backward_looped(y, dy, 32)):
+                err = (dx.double() - ref).abs().max().item() / max(ref.abs().max().item(), 1e-30)
+                assert err <= TOLERANCE[dtype], (shape, dtype, err)
 
 
-def _fake_rows():
+def _fake_bench():
     rows = []
     for d in ("float32", "bfloat16"):
-        for n, (course, torch_b) in {1024: (1.0, 0.5), 4096: (0.95, 0.4)}.items():
-            for p, f in (("copy", 1.0), ("course", course), ("course_looped", 0.8), ("torch_backward", torch_b),
+        for n in (1024, 12672, 16384):
+            for p, f in (("copy", 1.0), ("course", 0.95), ("course_looped", 0.8), ("torch_backward", 0.5),
                          ("torch_naive_backward", 0.3)):
-                rows.append(dict(dtype=d, M=4096, N=n, provider=p, ms=1.0, graph_ms=1.5 / f, frac_of_copy=f,
-                                 graph_frac=f, host_us=5.0, max_err=0.0, status="ok"))
-    return rows
+                rows.append(dict(dtype=d, M=4096, N=n, provider=p, graph_ms=1.5 / f, graph_frac=f, status="ok"))
+    return data.frame(rows, {"gpu": "Test GPU"})
 
 
-def test_recorded_bandwidth_from_a_csv(tmp_path, capsys):
-    pytest.importorskip("IPython")  # the figure is displayed the notebook's way
-    path = gpu_data.write_csv(tmp_path / "backward.csv", _fake_rows(),
-                              {"gpu": "Test GPU", "command": "python -m helpers.backward_bench x.csv"})
-    rows, meta = lesson08.backward_data(path)
-    assert len(rows) == 20 and meta["gpu"] == "Test GPU"
-    lesson08.show_backward_bandwidth(path)
-    out = capsys.readouterr().out
-    assert "Recorded on Test GPU" in out
-    assert "float32, M = 4096" in out and "bfloat16, M = 4096" in out
-    assert "reaches 0.95-1.00 of copy" in out and "torch's backward 0.40-0.50" in out
-    fig = lesson08.plot_backward(rows, meta)
-    assert len(fig.axes) == 2
+def test_the_figure_has_a_panel_per_dtype_and_labels_that_do_not_overlap():
+    fig = lesson08.plot_backward(_fake_bench())
+    assert len(fig.axes) == 2 and "Test GPU" in fig._suptitle.get_text()
+    fig.canvas.draw()
+    for ax in fig.axes:
+        boxes = [t.get_window_extent() for t in ax.get_xticklabels() if t.get_text()]
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["1K", "12.4K", "16K"]
+        assert not any(a.overlaps(b) for a, b in zip(boxes, boxes[1:])), "x tick labels overlap"
+    import matplotlib.pyplot as plt
+    plt.close(fig)
 
 
-def test_missing_recording_is_one_line(tmp_path, capsys):
+def test_the_recorded_figure_draws():
+    assert "08_backward" in lesson08.FIGURES
+    import matplotlib.pyplot as plt
+    plt.close(lesson08.FIGURES["08_backward"]())
+
+
+def test_live_rows_need_a_gpu():
     if helpers.ON_GPU:
-        pytest.skip("on a GPU the section measures live")
-    assert lesson08.backward_data(tmp_path / "nothing.csv") is None
-    lesson08.show_backward_bandwidth(tmp_path / "nothing.csv")
-    out = capsys.readouterr().out.strip().splitlines()
-    assert len(out) == 1 and "helpers.backward_bench" in out[0]
+        pytest.skip("measures on a GPU")
+    with pytest.raises(RuntimeError, match="GPU"):
+        lesson08.backward_rows()
 
 
-def test_training_matches_torch(capsys):
-    lesson08.compare_training(steps=2)
-    out = capsys.readouterr().out
-    last = out.strip().splitlines()[-1]
-    assert last.startswith("largest difference between the two runs:") and last.endswith(("exact", "1e-07", "1e-08"))
+def test_cuda_graph_demo():
+    err = lesson08.cuda_graph_demo()
+    assert (err is None) if not helpers.ON_GPU else err < 1e-5
 
 
-def test_compile_check_and_graphs(capsys):
-    assert lesson08.compile_check()
-    assert "without a graph break" in capsys.readouterr().out
-
-
-def test_cuda_graph_demo_on_the_cpu(capsys):
-    if helpers.ON_GPU:
-        assert lesson08.cuda_graph_demo()
-    else:
-        assert lesson08.cuda_graph_demo() is None
-        assert "need a GPU" in capsys.readouterr().out
+def test_compile_sees_one_softmax_node_each_way():
+    x = torch.randn(3, 5, device=helpers.DEVICE, requires_grad=True)
+    w = torch.randn(5, device=helpers.DEVICE)
+    _, graphs = lesson08.compiled_graphs(lambda x, w: (helpers.softmax(x) * w).sum(), x, w)
+    ops = {k: [str(n.target) for n in g.graph.nodes if n.op == "call_function"] for k, g in graphs.items()}
+    assert "softmax_course.softmax.default" in ops["forward"]
+    assert "softmax_course.softmax_backward.default" in ops["backward"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -126,175 +136,145 @@ WRONG_8_1 = {
     "a sign": lambda out, dy: dy + torch.exp(out) * dy.sum(-1, keepdim=True),
     "not over the rows": lambda out, dy: dy - torch.exp(out) * dy.sum(0, keepdim=True),
     "that is softmax's backward": lambda out, dy: torch.exp(out) * (dy - (torch.exp(out) * dy).sum(-1, keepdim=True)),
+    "keepdim=True": lambda out, dy: dy - torch.exp(out) * dy.sum(-1),  # a broadcast error on (3, 5)
+    "return a tensor": lambda out, dy: 0.5,
+    "returned None": lambda out, dy: None,
+    "shape": lambda out, dy: (dy - torch.exp(out) * dy.sum(-1, keepdim=True)).sum(-1),
+    "largest error": lambda out, dy: dy - 0.9 * torch.exp(out) * dy.sum(-1, keepdim=True),
 }
 
 
-def test_checker_8_1(capsys):
+def test_checker_8_1_right_and_untouched(capsys):
     assert status(verdict(capsys, lesson08.check_8_1, lesson08.log_softmax_backward_answer)).startswith("correct")
     assert status(verdict(capsys, lesson08.check_8_1, _untouched)).startswith("not yet")
     assert status(verdict(capsys, lesson08.check_8_1, None)).startswith("not yet")
     assert status(verdict(capsys, lesson08.check_8_1, lambda out, dy: ...)).startswith("not yet")
-    for hint, fn in WRONG_8_1.items():
-        line = verdict(capsys, lesson08.check_8_1, fn)
-        assert status(line).startswith("wrong") and hint in line, (hint, line)
 
 
-def test_checker_8_1_keepdim_and_other_mistakes(capsys):
-    line = verdict(capsys, lesson08.check_8_1, lambda out, dy: dy - torch.exp(out) * dy.sum(-1))
-    assert status(line).startswith("wrong") and "keepdim=True" in line  # a broadcast error on (3, 5)
-    line = verdict(capsys, lesson08.check_8_1, lambda out, dy: None)
-    assert status(line).startswith("wrong") and "return" in line
-    line = verdict(capsys, lesson08.check_8_1, lambda out, dy: 1 / 0)
-    assert "wrong: your code raised ZeroDivisionError" in line
+@pytest.mark.parametrize("hint", list(WRONG_8_1))
+def test_checker_8_1_wrong(capsys, hint):
+    line = verdict(capsys, lesson08.check_8_1, WRONG_8_1[hint])
+    assert status(line).startswith("wrong") and hint in line, line
+
+
+def test_checker_8_1_raising_and_in_place(capsys):
+    assert "wrong: your code raised ZeroDivisionError" in verdict(capsys, lesson08.check_8_1, lambda out, dy: 1 / 0)
 
     def in_place(out, dy):
         dy -= torch.exp(out) * dy.sum(-1, keepdim=True)
         return dy
     assert "changed its inputs" in verdict(capsys, lesson08.check_8_1, in_place)
-    line = verdict(capsys, lesson08.check_8_1, lambda out, dy: (dy - torch.exp(out) * dy.sum(-1, keepdim=True)).sum(-1))
-    assert status(line).startswith("wrong") and "shape" in line
 
 
-def test_checker_8_1_keepdim_hint_on_a_square_input():
-    out = torch.log_softmax(torch.randn(4, 4, dtype=torch.float64), -1)
-    dy = torch.randn(4, 4, dtype=torch.float64)
-    hints = lesson08._wrong_8_1(out, dy)
-    assert any("keepdim" in h for h in hints)
+def test_the_square_input_catches_a_missing_keepdim_by_value(capsys):
+    """On (4, 4) a missing keepdim broadcasts without an error: the value says which mistake it is."""
+    def no_keepdim_square_only(out, dy):
+        if out.shape[-1] != out.shape[0]:
+            return lesson08.log_softmax_backward_answer(out, dy)
+        return dy - torch.exp(out) * dy.sum(-1)
+    line = verdict(capsys, lesson08.check_8_1, no_keepdim_square_only)
+    assert "wrong" in line and "keep the summed dimension" in line and "(4, 4)" in line
 
 
 # --------------------------------------------------------------------------------------------
-# Exercise 8.2: the learner's Triton kernel
+# Exercise 8.2: the learner's Triton kernel, three tensors with their own row strides
 # --------------------------------------------------------------------------------------------
 
-
+RIGHT_8_2 = '''
 @triton.jit
-def tile_right(dx_ptr, y_ptr, dy_ptr, row_stride, n_rows, n_cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def KERNEL(dx_ptr, y_ptr, dy_ptr, y_row_stride, dy_row_stride, dx_row_stride, n_rows, n_cols,
+           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_N)
     mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
-    offs = rows[:, None] * row_stride + cols[None, :]
-    y = tl.load(y_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    dy = tl.load(dy_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    dot = tl.sum(y * dy, axis=1)
-    tl.store(dx_ptr + offs, y * (dy - dot[:, None]), mask=mask)
+    y = tl.load(y_ptr + rows[:, None] * y_row_stride + cols[None, :], mask=mask, other=0.0)
+    dy = tl.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :], mask=mask, other=0.0)
+    s = tl.sum(y * dy, axis=1)
+    dx = y * (dy - s[:, None])
+    tl.store(dx_ptr + rows[:, None] * dx_row_stride + cols[None, :], dx, mask=mask)
+'''
+
+#: name -> (edits of the right kernel's source, expected status, words of the hint)
+VARIANTS_8_2 = {
+    "right": ([], "correct", "largest error"),
+    "rows_n_cols_apart": ([("* y_row_stride", "* n_cols"), ("* dy_row_stride", "* n_cols"),
+                           ("* dx_row_stride", "* n_cols")], "wrong", "right only when rows are n_cols apart"),
+    "dy_read_with_y_stride": ([("* dy_row_stride", "* y_row_stride")], "wrong", "dy is read with another tensor's row stride"),
+    "y_read_with_dy_stride": ([("rows[:, None] * y_row_stride", "rows[:, None] * dy_row_stride")], "wrong",
+                              "y is read with another tensor's row stride"),
+    "dx_written_with_y_stride": ([("* dx_row_stride", "* y_row_stride")], "wrong", "dx is written with another tensor's row stride"),
+    "no_load_mask": ([("mask=mask, other=0.0)", ")")], "wrong", "a load reads past the end of a row"),
+    "no_column_mask": ([("mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)", "mask = rows[:, None] < n_rows")],
+                       "wrong", "past a row's last column"),
+    "no_store_mask": ([("dx, mask=mask)", "dx)")], "wrong", "a store wrote outside dx's rows"),
+    "no_row_mask": ([("mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)", "mask = cols[None, :] < n_cols")],
+                    "wrong", "a store wrote outside dx's rows"),
+    "inf_padding": ([("y = tl.load(y_ptr + rows[:, None] * y_row_stride + cols[None, :], mask=mask, other=0.0)",
+                      "y = tl.load(y_ptr + rows[:, None] * y_row_stride + cols[None, :], mask=mask, other=-float('inf'))")],
+                    "wrong", "other=0.0"),
+    "no_sum_term": ([("dx = y * (dy - s[:, None])", "dx = y * dy")], "wrong", "y * dy is only the first term"),
+    "sum_term_without_y": ([("dx = y * (dy - s[:, None])", "dx = y * dy - s[:, None]")], "wrong", "missing its factor y"),
+    "no_product_with_y": ([("dx = y * (dy - s[:, None])", "dx = dy - s[:, None]")], "wrong", "the product with y is missing"),
+    "sign": ([("dx = y * (dy - s[:, None])", "dx = y * (dy + s[:, None])")], "wrong", "a sign"),
+    "wrong_axis": ([("s = tl.sum(y * dy, axis=1)", "s = tl.sum(y * dy, axis=0)"), ("dy - s[:, None]", "dy - s[None, :]")],
+                   "wrong", "axis=1"),
+    "sum_of_dy": ([("s = tl.sum(y * dy, axis=1)", "s = tl.sum(dy, axis=1)")], "wrong", "not the sum of dy"),
+    "dy_times_y_minus_s": ([("dx = y * (dy - s[:, None])", "dx = dy * (y - s[:, None])")], "wrong", "not dy * (y - s)"),
+    "no_program_id": ([("tl.program_id(0).to(tl.int64) * BLOCK_M + ", "")], "wrong", "never written"),
+    "stores_into_y": ([("tl.store(dx_ptr + rows[:, None] * dx_row_stride", "tl.store(y_ptr + rows[:, None] * y_row_stride")],
+                      "wrong", "changed y or dy"),
+    "half_the_answer": ([("dx = y * (dy - s[:, None])", "dx = 0.5 * y * (dy - s[:, None])")], "wrong", "largest error"),
+    "far_out_of_bounds_store": ([("tl.store(dx_ptr + rows[:, None] * dx_row_stride",
+                                  "tl.store(dx_ptr + rows[:, None] * dx_row_stride * 4096")], "wrong", ""),
+}
 
 
-@triton.jit
-def tile_untouched(dx_ptr, y_ptr, dy_ptr, row_stride, n_rows, n_cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    raise NotImplementedError  # your code here
+@pytest.fixture(scope="module")
+def kernels_8_2(tmp_path_factory):
+    """Every variant as a real @triton.jit kernel in a module file (Triton reads a kernel's source)."""
+    src = ["import triton", "import triton.language as tl", ""]
+    for name, (edits, _, _) in VARIANTS_8_2.items():
+        body = RIGHT_8_2.replace("KERNEL", f"k_{name}")
+        for old, new in edits:
+            assert old in body, (name, old)
+            body = body.replace(old, new)
+        src.append(body)
+    src.append("@triton.jit\ndef k_untouched(dx_ptr, y_ptr, dy_ptr, y_row_stride, dy_row_stride, dx_row_stride, n_rows, "
+               "n_cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):\n    raise NotImplementedError  # your code here\n")
+    d = tmp_path_factory.mktemp("kernels_8_2")
+    (d / "variants_8_2.py").write_text("\n".join(src))
+    sys.path.insert(0, str(d))
+    try:
+        return importlib.import_module("variants_8_2")
+    finally:
+        sys.path.remove(str(d))
 
 
-@triton.jit
-def tile_no_dot(dx_ptr, y_ptr, dy_ptr, row_stride, n_rows, n_cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = tl.arange(0, BLOCK_N)
-    mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
-    offs = rows[:, None] * row_stride + cols[None, :]
-    y = tl.load(y_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    dy = tl.load(dy_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    tl.store(dx_ptr + offs, y * dy, mask=mask)
-
-
-@triton.jit
-def tile_sign(dx_ptr, y_ptr, dy_ptr, row_stride, n_rows, n_cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = tl.arange(0, BLOCK_N)
-    mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
-    offs = rows[:, None] * row_stride + cols[None, :]
-    y = tl.load(y_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    dy = tl.load(dy_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    dot = tl.sum(y * dy, axis=1)
-    tl.store(dx_ptr + offs, y * (dy + dot[:, None]), mask=mask)
-
-
-@triton.jit
-def tile_wrong_axis(dx_ptr, y_ptr, dy_ptr, row_stride, n_rows, n_cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = tl.arange(0, BLOCK_N)
-    mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
-    offs = rows[:, None] * row_stride + cols[None, :]
-    y = tl.load(y_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    dy = tl.load(dy_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    dot = tl.sum(y * dy, axis=0)  # sums each column over the tile's rows
-    tl.store(dx_ptr + offs, y * (dy - dot[None, :]), mask=mask)
-
-
-@triton.jit
-def tile_inf_padding(dx_ptr, y_ptr, dy_ptr, row_stride, n_rows, n_cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = tl.arange(0, BLOCK_N)
-    mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
-    offs = rows[:, None] * row_stride + cols[None, :]
-    y = tl.load(y_ptr + offs, mask=mask, other=-float("inf")).to(tl.float32)  # the forward's padding
-    dy = tl.load(dy_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    dot = tl.sum(y * dy, axis=1)
-    tl.store(dx_ptr + offs, y * (dy - dot[:, None]), mask=mask)
-
-
-@triton.jit
-def tile_no_store_mask(dx_ptr, y_ptr, dy_ptr, row_stride, n_rows, n_cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = tl.arange(0, BLOCK_N)
-    mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
-    offs = rows[:, None] * row_stride + cols[None, :]
-    y = tl.load(y_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    dy = tl.load(dy_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    dot = tl.sum(y * dy, axis=1)
-    tl.store(dx_ptr + offs, y * (dy - dot[:, None]))  # no mask: past the end of dx
-
-
-@triton.jit
-def tile_far_out_of_bounds(dx_ptr, y_ptr, dy_ptr, row_stride, n_rows, n_cols, BLOCK_M: tl.constexpr,
-                           BLOCK_N: tl.constexpr):
-    rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = tl.arange(0, BLOCK_N)
-    offs = rows[:, None] * row_stride * 4096 + cols[None, :]  # far outside every tensor
-    tl.store(dx_ptr + offs, tl.zeros((BLOCK_M, BLOCK_N), tl.float32))
-
-
-@triton.jit
-def tile_first_rows_only(dx_ptr, y_ptr, dy_ptr, row_stride, n_rows, n_cols, BLOCK_M: tl.constexpr,
-                         BLOCK_N: tl.constexpr):
-    rows = tl.arange(0, BLOCK_M).to(tl.int64)  # forgets the program id: every program does tile 0
-    cols = tl.arange(0, BLOCK_N)
-    mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
-    offs = rows[:, None] * row_stride + cols[None, :]
-    y = tl.load(y_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    dy = tl.load(dy_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    dot = tl.sum(y * dy, axis=1)
-    tl.store(dx_ptr + offs, y * (dy - dot[:, None]), mask=mask)
-
-
-def not_a_kernel(*args, **kwargs):
-    return None
-
-
-@pytest.mark.parametrize("kernel, expected, words", [
-    (tile_right, "correct", ""),
-    (tile_untouched, "not yet", ""),
-    (None, "not yet", ""),
-    (tile_no_dot, "wrong", "forgot the - sum_j y_j dy_j term"),
-    (tile_sign, "wrong", "a sign"),
-    (tile_wrong_axis, "wrong", "axis=1"),
-    (tile_inf_padding, "wrong", "other=0.0"),
-    (tile_no_store_mask, "wrong", "mask"),
-    (tile_far_out_of_bounds, "wrong", "out of bounds"),
-    (tile_first_rows_only, "wrong", "never written"),
-    (not_a_kernel, "wrong", "@triton.jit"),
-], ids=["right", "untouched", "none", "no_dot", "sign", "axis", "inf_padding", "no_store_mask", "far_oob",
-        "program_id", "not_a_kernel"])
-def test_checker_8_2(capsys, kernel, expected, words):
-    if kernel is tile_far_out_of_bounds and helpers.ON_GPU:
-        pytest.skip("compiled on a GPU, only the guard regions apply: a store far outside any buffer is the "
-                    "interpreter's bounds check to catch (helpers.exercises)")
-    line = verdict(capsys, lesson08.check_8_2, kernel)
+@pytest.mark.parametrize("name", list(VARIANTS_8_2))
+def test_checker_8_2(capsys, kernels_8_2, name):
+    _, expected, words = VARIANTS_8_2[name]
+    line = verdict(capsys, lesson08.check_8_2, getattr(kernels_8_2, f"k_{name}"))
     assert status(line).startswith(expected), line
     assert words in line, line
 
 
-def test_checker_8_2_the_process_survives_and_the_next_run_is_clean(capsys):
-    verdict(capsys, lesson08.check_8_2, tile_far_out_of_bounds)
-    assert status(verdict(capsys, lesson08.check_8_2, tile_right)).startswith("correct")
+def test_checker_8_2_untouched_and_not_a_kernel(capsys, kernels_8_2):
+    assert status(verdict(capsys, lesson08.check_8_2, kernels_8_2.k_untouched)).startswith("not yet")
+    assert status(verdict(capsys, lesson08.check_8_2, None)).startswith("not yet")
+    line = verdict(capsys, lesson08.check_8_2, lambda *a, **k: None)
+    assert status(line).startswith("wrong") and "@triton.jit" in line
+
+
+def test_checker_8_2_the_process_survives_and_the_next_run_is_clean(capsys, kernels_8_2):
+    verdict(capsys, lesson08.check_8_2, kernels_8_2.k_far_out_of_bounds_store)
+    assert status(verdict(capsys, lesson08.check_8_2, kernels_8_2.k_right)).startswith("correct")
+
+
+def test_checker_8_2_inputs_have_distinct_strides():
+    """The exercise's point: y, dy and dx rows are apart by different strides, none of them n_cols."""
+    for M, N, bm in lesson08.CASES_8_2:
+        strides = (N + 3, N + 9, N + 5)
+        assert len(set(strides)) == 3 and N not in strides
 
 
 # --------------------------------------------------------------------------------------------
@@ -313,17 +293,16 @@ WRONG_8_3 = {
     "along each row (dim=-1)": lambda x, t: (torch.softmax(x, 0) - _onehot(x, t)) / x.shape[0],
     "that is log_softmax": lambda x, t: (torch.log_softmax(x, -1) - _onehot(x, t)) / x.shape[0],
     "overflows": lambda x, t: (torch.exp(x) / torch.exp(x).sum(-1, keepdim=True) - _onehot(x, t)) / x.shape[0],
+    # shifted, but not by the maximum: fine around 200, overflows on rows spread over hundreds
+    "subtract each row's maximum": lambda x, t: ((e := torch.exp(x - x.mean(-1, keepdim=True))) / e.sum(-1, keepdim=True)
+                                                 - _onehot(x, t)) / x.shape[0],
+    "shape": lambda x, t: torch.softmax(x, -1)[:, 0],
+    "largest error": lambda x, t: 0.9 * lesson08.cross_entropy_grad_answer(x, t),
 }
 
 
-def test_checker_8_3(capsys):
+def test_checker_8_3_right_answers_and_untouched(capsys):
     assert status(verdict(capsys, lesson08.check_8_3, lesson08.cross_entropy_grad_answer)).startswith("correct")
-
-    def solution(logits, target):  # the notebook's solution, which edits its own softmax in place
-        p = torch.softmax(logits, dim=-1)
-        p[torch.arange(len(target)), target] -= 1
-        return p / logits.shape[0]
-    assert status(verdict(capsys, lesson08.check_8_3, solution)).startswith("correct")
 
     def autograd(logits, target):
         x = logits.detach().clone().requires_grad_()
@@ -331,29 +310,36 @@ def test_checker_8_3(capsys):
         return x.grad
     assert status(verdict(capsys, lesson08.check_8_3, autograd)).startswith("correct")
     assert status(verdict(capsys, lesson08.check_8_3, _untouched)).startswith("not yet")
-    for hint, fn in WRONG_8_3.items():
-        line = verdict(capsys, lesson08.check_8_3, fn)
-        assert status(line).startswith("wrong") and hint in line, (hint, line)
-    line = verdict(capsys, lesson08.check_8_3, lambda x, t: torch.softmax(x, -1)[:, 0])
-    assert status(line).startswith("wrong") and "shape" in line
 
+
+@pytest.mark.parametrize("hint", list(WRONG_8_3))
+def test_checker_8_3_wrong(capsys, hint):
+    line = verdict(capsys, lesson08.check_8_3, WRONG_8_3[hint])
+    assert status(line).startswith("wrong") and hint in line, line
+
+
+def test_checker_8_3_in_place(capsys):
     def in_place(logits, target):
         logits -= logits.max(-1, keepdim=True).values
-        return cross_entropy_grad(logits, target)
-    cross_entropy_grad = lesson08.cross_entropy_grad_answer
+        return lesson08.cross_entropy_grad_answer(logits, target)
     assert "changed its inputs" in verdict(capsys, lesson08.check_8_3, in_place)
+
+
+# --------------------------------------------------------------------------------------------
+# The notebook's exercises: solutions pass, and no solution is on screen above its checker
+# --------------------------------------------------------------------------------------------
+
+NOTEBOOK = ROOT / "notebooks" / "08_backward.ipynb"
+
+
+def _cells():
+    return json.loads(NOTEBOOK.read_text())["cells"]
 
 
 def test_the_notebooks_solutions_are_correct(capsys, tmp_path, monkeypatch):
     """The code of each `solution` cell of the lesson, run through its checker."""
-    import importlib
-    import json
-    import re
-    from pathlib import Path
-
-    nb = json.loads((Path(__file__).resolve().parent.parent / "notebooks" / "08_backward.ipynb").read_text())
     blocks = []
-    for c in nb["cells"]:
+    for c in _cells():
         if "solution" in c.get("metadata", {}).get("tags", []):
             blocks += re.findall(r"```python\n(.*?)```", "".join(c["source"]), re.S)
     assert len(blocks) == 3
@@ -364,6 +350,19 @@ def test_the_notebooks_solutions_are_correct(capsys, tmp_path, monkeypatch):
     for checker, fn in ((lesson08.check_8_1, sol.log_softmax_backward), (lesson08.check_8_2, sol.backward_tile_kernel),
                         (lesson08.check_8_3, sol.cross_entropy_grad)):
         assert status(verdict(capsys, checker, fn)).startswith("correct")
+
+
+def test_no_kernel_answer_on_screen_above_the_checker_of_8_2():
+    """Above exercise 8.2's solution no cell holds a tile kernel's row dot, its dx or its strided
+    offsets: the library's backward kernel comes after the solution."""
+    cells = _cells()
+    sol = next(i for i, c in enumerate(cells) if "solution" in c.get("metadata", {}).get("tags", [])
+               and "backward_tile_kernel" in "".join(c["source"]))
+    above = "\n".join("".join(c["source"]) for c in cells[:sol])
+    for answer in ("tl.sum(y * dy", "dy - dot[:, None]", "* y_row_stride", "softmax_backward_tiled_kernel"):
+        assert answer not in above, answer
+    after = "\n".join("".join(c["source"]) for c in cells[sol:])
+    assert "softmax_backward_tiled_kernel" in after
 
 
 def test_exercise_answers_match_autograd():

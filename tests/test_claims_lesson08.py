@@ -1,0 +1,121 @@
+"""Lesson 08's prose against its data: every number the markdown quotes is derived here from
+figures/data/ with the lesson's own pandas lines, and must appear in the cell that quotes it.
+When the recording has spreads (``graph_spread``), no quoted cell may spread over 10%."""
+
+from __future__ import annotations
+
+import pytest
+from claims import cell_with, prose, quotes
+from helpers import data
+
+LESSON = "08"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    """The lesson's cells on the recording: bench with MB moved and TB/s, copy, frac, fair, ms."""
+    bench = data.load("backward", gpu="h100")
+    props = data.load("device_props")
+    peak, l2_mb = props.dram_peak_gbps[0] / 1e3, props.l2_bytes[0] / 1e6
+    bench["MB moved"] = bench.M * bench.N * bench.dtype.map({"float32": 4, "bfloat16": 2}) * bench.provider.map(
+        lambda p: 2 if p == "copy" else 3) / 1e6
+    bench["TB/s"] = bench["MB moved"] / bench.graph_ms / 1e3
+    copy = bench.query("provider == 'copy'").set_index(["dtype", "N"])[["MB moved", "TB/s"]]
+    copy["of DRAM peak"] = copy["TB/s"] / peak
+    copy["fits in L2"] = (copy["MB moved"] <= l2_mb).map({True: "yes", False: "no"})
+    frac = bench.query("provider != 'copy'").pivot_table(index=["dtype", "N"], columns="provider", values="graph_frac")
+    fair = copy.index[(copy["fits in L2"] == "no") & (copy["of DRAM peak"] >= 0.8)]
+    ms = bench.pivot_table(index=["dtype", "N"], columns="provider", values="graph_ms")
+    tbps = bench.pivot_table(index=["dtype", "N"], columns="provider", values="TB/s")
+    return dict(bench=bench, peak=peak, l2_mb=l2_mb, copy=copy, frac=frac, fair=fair, ms=ms, tbps=tbps)
+
+
+def not_noisy(bench, *cells):
+    """(dtype, N, provider) cells the prose relies on: none may spread over 10% (when spreads are recorded)."""
+    b = bench["bench"]
+    if "graph_spread" not in b:
+        return
+    s = b.set_index(["dtype", "N", "provider"])["graph_spread"]
+    for cell in cells:
+        assert not data.noisy(s.loc[cell]), f"the prose rests on {cell}, whose rounds spread over 10%"
+
+
+def test_the_jacobian_of_a_128k_row():
+    size_gb = 131072**2 * 4 / 1e9
+    quotes(cell_with(LESSON, "A vocabulary of 128K tokens"), size_gb, "{:.0f} GB")
+
+
+def test_traffic_bounds():
+    text = prose(LESSON)
+    assert "can reach at most a third" in text and 3 / 9 < 0.34
+    quotes(cell_with(LESSON, "What to look for"), 3 / 9, "traffic bound of {:.2f}")
+    quotes(cell_with(LESSON, "What to look for"), 3 / 5, "is {:.1f}")
+
+
+def test_fractions_above_one_are_explained_by_the_copy(bench):
+    text = cell_with(LESSON, "**The copy is slow.**")
+    copy, frac, tbps = bench["copy"], bench["frac"], bench["tbps"]
+    quotes(cell_with(LESSON, "**Fractions above 1.0.**"), frac.loc[("float32", 32768), "course"], "at {:.2f}")
+    assert frac.loc[("float32", 32768), "course"] > 1.0
+    slow = copy.loc[("float32", 32768)]
+    quotes(text, slow["TB/s"], "copy runs at {:.2f} TB/s")
+    quotes(text, slow["of DRAM peak"], "{:.2f} of the DRAM peak")
+    quotes(text, bench["peak"], "{:.2f} TB/s, where")
+    quotes(text, copy.loc[("float32", 16384), "TB/s"], "N = 16384 it ran at {:.2f}")
+    quotes(text, tbps.loc[("float32", 32768), "course"], "at {:.2f} TB/s)")
+    assert tbps.loc[("float32", 32768), "course"] < bench["peak"]  # the backward did not beat memory
+    in_l2 = copy.loc[("float32", 1024)]
+    assert in_l2["fits in L2"] == "yes" and in_l2["of DRAM peak"] > 1
+    quotes(text, in_l2["MB moved"], "copy moves {:.0f} MB")
+    quotes(text, bench["l2_mb"], "the {:.0f} MB L2")
+    quotes(text, in_l2["TB/s"], "at {:.2f} TB/s: above the DRAM peak")
+    quotes(text, in_l2["of DRAM peak"], "{:.2f} of it")
+    assert list(copy.query("`fits in L2` == 'yes'").index) == [("float32", 1024), ("bfloat16", 1024), ("bfloat16", 2048)]
+    assert "The same holds for bfloat16 at N = 1024 and 2048" in text
+    not_noisy(bench, ("float32", 32768, "course"), ("float32", 32768, "copy"), ("float32", 16384, "copy"),
+              ("float32", 1024, "copy"))
+
+
+def test_the_ranges_where_the_copy_is_a_fair_ceiling(bench):
+    text = cell_with(LESSON, "What to look for")
+    fair = bench["frac"].loc[bench["fair"]].agg(["min", "max"])
+    quotes(text, f"{fair.loc['min', 'course']:.2f} to {fair.loc['max', 'course']:.2f} of the copy")
+    quotes(text, f"stays at {fair.loc['min', 'torch_backward']:.2f} to {fair.loc['max', 'torch_backward']:.2f}")
+    ms = bench["ms"]
+    ratio = (ms["course"] / ms["torch_backward"]).agg(["min", "max"])
+    quotes(text, f"takes {ratio['min']:.2f} to {ratio['max']:.2f} of the time of torch's backward")
+    assert "at least 0.8 of the DRAM peak" in cell_with(LESSON, "**The data stay in L2.**")
+    not_noisy(bench, *[(d, n, p) for d, n in bench["fair"] for p in ("copy", "course", "torch_backward")])
+
+
+def test_short_rows_point_at_the_tile_rule_not_the_dtype(bench):
+    from helpers.kernels.backward import backward_tiled_config
+
+    text = cell_with(LESSON, "The data do not order the dtypes")
+    f = bench["frac"]
+    quotes(text, f"at N = 1024, bfloat16 is at {f.loc[('bfloat16', 1024), 'course']:.2f} and float32 at "
+                 f"{f.loc[('float32', 1024), 'course']:.2f}")
+    quotes(text, f"at N = 2048, bfloat16 is at {f.loc[('bfloat16', 2048), 'course']:.2f} and float32 at "
+                 f"{f.loc[('float32', 2048), 'course']:.2f}")
+    # no dtype order: bfloat16 ahead at 1024, behind at 2048
+    assert f.loc[("bfloat16", 1024), "course"] > f.loc[("float32", 1024), "course"]
+    assert f.loc[("bfloat16", 2048), "course"] < f.loc[("float32", 2048), "course"]
+    short = bench["copy"].query("N <= 2048")
+    assert (short["fits in L2"] == "yes").sum() == 3 and "three of these four copies run from L2" in text
+    quotes(text, f.loc[("bfloat16", 1024), "course_looped"], "reaches {:.2f} on the same rows")
+    quotes(cell_with(LESSON, "## Try on your own"), f.loc[("bfloat16", 1024), "course_looped"], "looped kernel's {:.2f}")
+    block_m, warps = backward_tiled_config(1024)
+    quotes(text, f"gives {block_m} rows per program and {warps} warps and reaches {f.loc[('bfloat16', 1024), 'course']:.2f}")
+    looped_warps = min(16, max(1, min(triton_next_pow2(1024), 4096) // 256))  # backward_looped_plan's rule
+    quotes(text, f"one row per program with {looped_warps} warps")
+    not_noisy(bench, *[(d, n, p) for d in ("float32", "bfloat16") for n in (1024, 2048) for p in ("course", "course_looped")])
+
+
+def triton_next_pow2(n: int) -> int:
+    return 1 << (n - 1).bit_length()
+
+
+def test_no_history_in_the_prose():
+    text = prose(LESSON).lower()
+    for phrase in ("earlier recording", "before the fix", "commit ", "not reproduced"):
+        assert phrase not in text, phrase
