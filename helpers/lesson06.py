@@ -1,10 +1,5 @@
-"""Lesson 06 · Rows bigger than a chip: what the lesson should not make a learner read.
-
-The slice statistics and their merge (shown in the lesson with ``show_source``), the launch glue of
-the split kernels' demonstrations, the live measurements (``*_rows``, on a GPU; ``python -m
-helpers.bench lessons`` records ``l2_rows``), the figures, and the checkers of exercises 6.1-6.3.
-The lesson reads its recorded data with ``helpers.data`` and derives its numbers in sight.
-"""
+"""Lesson 06 · Rows bigger than a chip: the slice statistics and their merge (shown in the lesson),
+launch glue, the live measurements (``*_rows``, GPU only), the figures, the checkers of 6.1-6.3."""
 
 from __future__ import annotations
 
@@ -15,7 +10,7 @@ import torch
 import triton
 
 from . import data, plots
-from .exercises import Wrong, call_attempt, check, fmt, guarded, guards_intact, launch_learner_kernel
+from .exercises import Wrong, call_attempt, check, fmt, guarded, launch_learner_kernel
 from .kernels import softmax_online, softmax_split, softmax_split_coop, softmax_split_coop_kernel, softmax_split_stats_kernel
 from .measure import measure_shape, require_gpu
 from .mode import DEVICE, ON_GPU
@@ -31,10 +26,8 @@ IDENTITY = (-math.inf, 0.0)  #: the pair of an empty slice: merging with it chan
 
 
 def slice_stats(x: torch.Tensor, slices: int, slice_len: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Cut the last dimension of ``x`` into ``slices`` consecutive slices of ``slice_len`` columns
-    (default: ceil(N / slices); the last slices may be partial or empty) and reduce each to (m, d):
-    its maximum and the sum of exp(x - m), in x's dtype. An empty slice, or one of nothing but -inf,
-    gives the identity (-inf, 0)."""
+    """Cut the last dimension of ``x`` into ``slices`` slices of ``slice_len`` columns (default
+    ceil(N / slices)) and reduce each to (m, d), its max and sum of exp(x - m); empty: (-inf, 0)."""
     if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dim() == 0:
         raise TypeError("slice_stats: x must be a floating tensor with at least one dimension.")
     if isinstance(slices, bool) or not isinstance(slices, int) or slices < 1:
@@ -52,9 +45,8 @@ def slice_stats(x: torch.Tensor, slices: int, slice_len: int | None = None) -> t
 
 
 def merge(a, b):
-    """(m_a, d_a) merged with (m_b, d_b): m = max(m_a, m_b), d = d_a e^(m_a - m) + d_b e^(m_b - m).
-    Floats give floats; tensors (of pairs, element-wise) give tensors. The identity (-inf, 0)
-    contributes nothing, even where both are the identity (where e^(-inf - -inf) would be NaN)."""
+    """(m_a, d_a) merged with (m_b, d_b): m = max(m_a, m_b), d = d_a e^(m_a - m) + d_b e^(m_b - m), for
+    floats or element-wise tensors. The identity (-inf, 0) adds nothing (e^(-inf - -inf) is NaN)."""
     (m_a, d_a), (m_b, d_b) = a, b
     if not any(isinstance(v, torch.Tensor) for v in (m_a, d_a, m_b, d_b)):
         m = max(m_a, m_b)
@@ -68,19 +60,14 @@ def merge(a, b):
     return m, part_a + part_b
 
 
-# ---- launch glue of the lesson's demonstrations ---------------------------------------------
-
-
 def split_layout(n_cols: int, slices: int, block_size: int) -> tuple[int, int]:
-    """(slice_len, n_slices) as ``softmax_split`` lays out a row asked for ``slices`` slices of
-    blocks of ``block_size``: a slice is a whole number of blocks, so there may be fewer slices."""
+    """(slice_len, n_slices) of ``softmax_split`` asked for ``slices``: whole blocks, so maybe fewer."""
     slice_len = triton.cdiv(triton.cdiv(n_cols, slices), block_size) * block_size
     return slice_len, triton.cdiv(n_cols, slice_len)
 
 
 def launch_stats(x: torch.Tensor, slices: int, block_size: int) -> torch.Tensor:
-    """Only the first launch of the two-launch split on a 2-D float32 ``x``: its statistics tensor
-    of shape (rows, n_slices, 2), [..., 0] each slice's maximum, [..., 1] its sum of exp(x - m)."""
+    """Only the first launch of the two-launch split: the (rows, n_slices, 2) statistics of float32 ``x``."""
     if x.dim() != 2 or x.dtype != torch.float32:
         raise ValueError("launch_stats: x must be a 2-D float32 tensor.")
     x = x.to(DEVICE)
@@ -92,9 +79,8 @@ def launch_stats(x: torch.Tensor, slices: int, block_size: int) -> torch.Tensor:
 
 
 def run_coop_kernel(x: torch.Tensor, slice_cols: int, rows_per_round: int, max_spin: int):
-    """``softmax_split_coop_kernel`` itself (not its wrapper) on a 2-D ``x`` with a spin limit of
-    ``max_spin`` polls. Returns (y, counters): per row the slices that counted in, then the number
-    of programs that gave up waiting."""
+    """The cooperative kernel itself, spinning at most ``max_spin`` polls. Returns (y, counters): per
+    row the slices that counted in, then the number of programs that gave up waiting."""
     M, N = x.shape
     n_slices = triton.cdiv(N, slice_cols)
     y = torch.full_like(x, float("nan"))
@@ -107,20 +93,15 @@ def run_coop_kernel(x: torch.Tensor, slice_cols: int, rows_per_round: int, max_s
 
 
 def predicted_frac_answer(design: str, M: int, N: int, element_size: int, l2_bytes: int) -> float:
-    """The all-or-nothing L2 model: a copy's 2MN bytes over the design's DRAM bytes (3MN, or 2MN for
-    the cooperative kernel and for the two launches when x fits in L2)."""
+    """The all-or-nothing L2 model: a copy's 2MN bytes over the design's (2MN or 3MN)."""
     if design not in ("online", "split", "split_coop"):
         raise ValueError(f"predicted_frac: design must be 'online', 'split' or 'split_coop', got {design!r}.")
     fits = M * N * element_size <= l2_bytes
     return 1.0 if design == "split_coop" or (design == "split" and fits) else 2 / 3
 
 
-# ---- live measurements (GPU only) -------------------------------------------------------------
-
-
 def l2_rows(shapes=tuple((M, 65536) for M in (32, 64, 128, 256, 512, 1024)), dtype_name: str = "float32") -> list[dict]:
-    """Copy, the online kernel and both split designs from 8 to 256 MiB, across the L2 size
-    (``helpers.measure`` columns); recorded as ``figures/data/split_l2.csv``."""
+    """Copy, online and both split designs from 8 to 256 MiB (recorded as ``split_l2.csv``)."""
     from .measure import DTYPES
 
     require_gpu("l2_rows")
@@ -129,16 +110,12 @@ def l2_rows(shapes=tuple((M, 65536) for M in (32, 64, 128, 256, 512, 1024)), dty
 
 
 def bench_rows(shapes=LONG_SHAPES + (HELD_OUT,), dtypes=("float32", "bfloat16")) -> list[dict]:
-    """The lesson's providers at the long shapes, three rounds each (the benchmark's method and
-    columns, so spreads are measured); recorded as part of ``bench_<gpu>.csv`` by ``make bench``."""
+    """The lesson's providers and the fused kernel at the long shapes, three rounds each (``make bench``'s method)."""
     from .measure import DTYPES, providers
 
     require_gpu("bench_rows")
-    provs = {k: v for k, v in providers().items() if k in PROVIDERS}
+    provs = {k: v for k, v in providers().items() if k in PROVIDERS + ["fused"]}  # fused: n/a past 65536 columns
     return [r for d in dtypes for M, N in shapes for r in measure_shape(M, N, DTYPES[d], provs, host=False)]
-
-
-# ---- figures ----------------------------------------------------------------------------------
 
 
 def plot_row_cut(M: int = 3, slices: int = 4):
@@ -160,10 +137,9 @@ def plot_row_cut(M: int = 3, slices: int = 4):
                     color="white" if s >= 3 else "black")
             ax.add_patch(Rectangle((sx0 + s * cw, y), cw, h, facecolor=c, alpha=0.45, edgecolor="#333333", lw=0.8))
             ax.text(sx0 + (s + 0.5) * cw, y + h / 2, "m, d", ha="center", va="center", fontsize=8)
-    ax.text(x0 + slices * w / 2, top + h + 0.4, f"one row: N columns, cut into {slices} slices of N/{slices}",
-            ha="center", va="bottom", fontsize=9)
-    ax.text(sx0 + slices * cw / 2, top + h + 0.4, f"statistics: ({M}, {slices}, 2) float32", ha="center",
-            va="bottom", fontsize=9)
+    for x, txt in ((x0 + slices * w / 2, f"one row: N columns, cut into {slices} slices of N/{slices}"),
+                   (sx0 + slices * cw / 2, f"statistics: ({M}, {slices}, 2) float32")):
+        ax.text(x, top + h + 0.4, txt, ha="center", va="bottom", fontsize=9)
     y, mid = top - (h + gap), (x0 + slices * w + sx0) / 2
     for x, width in ((x0 + 2 * w, w), (sx0 + 2 * cw, cw)):
         ax.add_patch(Rectangle((x, y), width, h, facecolor="none", edgecolor="#d62728", lw=2))
@@ -175,10 +151,8 @@ def plot_row_cut(M: int = 3, slices: int = 4):
         ax.add_patch(FancyArrowPatch((a, y + h * yy), (b, y + h * yy), arrowstyle="-|>", mutation_scale=12, color=col,
                                      lw=1.4))
         ax.text(mid, ty, txt, color=col, ha="center", va=va, fontsize=8)
-    ax.set_xlim(0, sx0 + slices * cw + 0.2)
-    ax.set_ylim(-0.9, top + h + 1.2)
-    ax.set_title(f"{M} rows x {slices} slices = {M * slices} programs, where one program per row gives {M}",
-                 fontsize=10)
+    ax.set(xlim=(0, sx0 + slices * cw + 0.2), ylim=(-0.9, top + h + 1.2))
+    ax.set_title(f"{M} rows x {slices} slices = {M * slices} programs, where one program per row gives {M}", fontsize=10)
     return fig
 
 
@@ -193,27 +167,23 @@ def plot_traffic():
     ax.bar(xs, again, bottom=1, color="#4f74a8", label="read x again (DRAM)", width=0.55)
     ax.bar(xs, again_l2, bottom=1, color="white", edgecolor="#4f74a8", hatch="///",
            label="read x again (from L2: no DRAM)", width=0.55)
-    ax.bar(xs, 1, bottom=[1 + a + b for a, b in zip(again, again_l2)], color="#e0915a", label="write y (DRAM)",
-           width=0.55)
+    ax.bar(xs, 1, bottom=[1 + a + b for a, b in zip(again, again_l2)], color="#e0915a", label="write y (DRAM)", width=0.55)
     for i in xs:
         ax.text(i, 2 + again[i] + again_l2[i] + 0.08, f"{2 + again[i]} MN from DRAM", ha="center", fontsize=9)
     ax.set_xticks(list(xs), names, fontsize=8.5)
-    ax.set_ylabel("elements moved (units of MN)")
-    ax.set_ylim(0, 4.1)
+    ax.set(ylabel="elements moved (units of MN)", ylim=(0, 4.1))
     ax.legend(loc="upper right", fontsize=8, frameon=False, ncols=2)
     ax.set_title("DRAM traffic of each design (the copy, the floor, moves 2 MN)", fontsize=10)
     return fig
 
 
 def plot_l2_model(l2: pd.DataFrame, l2_bytes: int):
-    """The model's fraction of copy against the size of x (lines) and the L2 sweep's measurements
-    (GPU time filled, eager hollow), with the L2 size."""
+    """The model's fraction of copy against the size of x (lines) and the L2 sweep (markers; eager hollow)."""
     fig, ax = plots.new_figure(7.6, 4.3)
     size = l2.M * l2.N * 4 / MIB
     sizes, lim = sorted(size.unique()), l2_bytes / MIB
     lo, hi = sizes[0] / 1.4, sizes[-1] * 1.4
-    ax.plot([lo, lim, lim, hi], [1, 1, 2 / 3, 2 / 3], ls="--", lw=1.6, color=plots.color("split"),
-            label="model: two launches")
+    ax.plot([lo, lim, lim, hi], [1, 1, 2 / 3, 2 / 3], ls="--", lw=1.6, color=plots.color("split"), label="model: two launches")
     ax.plot([lo, hi], [1.005, 1.005], ls=":", lw=1.8, color=plots.color("split_coop"), label="model: cooperative")
     for p, mk in (("split", "o"), ("split_coop", "s"), ("online", "^")):
         r = l2[l2.provider == p].assign(size=size).sort_values("size")
@@ -229,8 +199,7 @@ def plot_l2_model(l2: pd.DataFrame, l2_bytes: int):
     ax.set(xlim=(lo, hi), ylim=(0, 1.1), xlabel="size of x (MiB), float32 rows of 65,536 columns",
            ylabel="fraction of copy")
     ax.legend(loc="lower right", fontsize=7.5, frameon=False)
-    ax.set_title(f"The all-or-nothing L2 model against the measurement, {l2.attrs['provenance'].get('gpu', 'GPU')}",
-                 fontsize=10)
+    ax.set_title(f"The all-or-nothing L2 model against the measurement, {l2.attrs['provenance'].get('gpu')}", fontsize=10)
     return fig
 
 
@@ -242,24 +211,19 @@ FIGURES = {
 }
 
 
-# ---- exercise checkers: each prints one line (correct / not yet / wrong) and never raises ----------
-
+# ---- exercise checkers: each prints one line (correct / not yet / wrong) and never raises ----
 
 def _two(got: float, want: float) -> tuple[str, str]:
     """``got`` and ``want`` with as many digits as it takes to tell them apart."""
-    for digits in (4, 6, 8, 10, 17):
-        a, b = f"{got:.{digits}g}", f"{want:.{digits}g}"
-        if a != b:
-            break
-    return a, b
+    return next(((f"{got:.{k}g}", f"{want:.{k}g}") for k in (4, 6, 8, 10) if f"{got:.{k}g}" != f"{want:.{k}g}"),
+                (repr(got), repr(want)))
 
 
 UNWRITTEN = 1.0e30  #: what the checker fills the statistics with: a pair still holding it was never stored
 
 
 def _stats_kernel_cases():
-    """(description, x float32, slice_len, block, column stride, row stride in memory) for 6.1: rows
-    a row stride apart (not the row length), with NaN between the end of a row and the next."""
+    """(description, x float32, slice_len, block, column stride, row stride in memory) for 6.1."""
     g, inf = torch.Generator().manual_seed(61), math.inf
     a = torch.randn(7, 150, generator=g) * 3
     a[1] = torch.linspace(-300.0, 300.0, 150)   # the max rises block after block: exp(x - anything else) overflows
@@ -282,10 +246,8 @@ def _stats_kernel_cases():
 
 def simulate_stats(x: torch.Tensor, slice_len: int, block: int, *, start_step=None, blocks=None, mask=True, pad=None,
                    col_stride=None, row_stride=None, rescale=True, accumulate=True):
-    """What a statistics kernel stores for ``x``, computed in float64 from x's memory block by block.
-    The keywords model mistakes: slices ``start_step`` apart, ``blocks`` blocks a slice, no mask (it
-    reads what follows the row), masked lanes loading ``pad``, another column or row stride, no
-    rescale, no accumulation. A NaN read makes the pair NaN. Returns (m, d) of shape (rows, slices)."""
+    """What a statistics kernel stores for ``x``, in float64 from x's memory block by block (a NaN read
+    makes the pair NaN); the keywords model the mistakes the checker names. Returns (m, d)."""
     flat = torch.empty(0, dtype=x.dtype, device=x.device).set_(x.untyped_storage()).cpu().double()
     rs = x.stride(0) if row_stride is None else row_stride
     cs = x.stride(1) if col_stride is None else col_stride
@@ -322,30 +284,23 @@ def _same_stats(gm, gd, m, d, rtol: float = 2e-5):
     return torch.where(nan, torch.isnan(gd), close & ~torch.isnan(gd))
 
 
-def _first(mask: torch.Tensor) -> tuple[int, int]:
-    r, s = (int(v) for v in mask.nonzero()[0])
-    return r, s
-
-
 def _trial_6_1(kernel) -> str:
     if not (hasattr(kernel, "__getitem__") and hasattr(kernel, "fn")):
         raise Wrong("split_stats_kernel must be a Triton kernel: decorate it with @triton.jit")
     for desc, rows, L, B, cs, rs in _stats_kernel_cases():
-        M, N = rows.shape
-        n_slices = triton.cdiv(N, L)
+        (M, N), n_slices = rows.shape, triton.cdiv(rows.shape[1], L)
         base = guarded((M, cs * (N - 1) + 1), fill=1000.0, row_stride=rs)  # columns a stride skips hold 1000
-        x = base[:, ::cs]
-        x.copy_(rows.to(x.device))
+        (x := base[:, ::cs]).copy_(rows.to(base.device))
         before = base.clone()
         stats = guarded((M, n_slices, 2), fill=UNWRITTEN)
         launch_learner_kernel(kernel, (M, n_slices), stats, x, x.stride(0), x.stride(1), N, L, n_slices,
                               BLOCK_SIZE=B, where=f"on {desc}:", outputs=(stats, base))
         if not torch.equal(base.nan_to_num(), before.nan_to_num()):
             raise Wrong("your kernel changed its input: store into stats_ptr only")
-        got = stats.detach().cpu().double()
-        gm, gd = got[..., 0], got[..., 1]
-        if (got == float(torch.tensor(UNWRITTEN))).any():
-            r, s = _first((got == float(torch.tensor(UNWRITTEN))).any(-1))
+        gm, gd = (got := stats.detach().cpu().double()).unbind(-1)
+        unwritten = (got == float(torch.tensor(UNWRITTEN))).any(-1)
+        if unwritten.any():
+            r, s = map(int, unwritten.nonzero()[0])
             raise Wrong(f"on {desc}: nothing was stored for (row {r}, slice {s}): program (row, s) stores m at "
                         f"stats_ptr + 2 * (row * n_slices + s) and d right after it")
         m, d = simulate_stats(x, L, B)
@@ -370,8 +325,7 @@ def _trial_6_1(kernel) -> str:
                                       "the new block's terms")):
             if kw.get("blocks", 1) >= 1 and not (kw.get("col_stride") == cs) and _same_stats(gm, gd, *simulate_stats(x, L, B, **kw)).all():
                 raise Wrong(f"on {desc}: {hint}")
-        bad = ~_same_stats(gm, gd, m, d)
-        r, s = _first(bad)
+        r, s = map(int, (~_same_stats(gm, gd, m, d)).nonzero()[0])
         part = rows[r, s * L: min((s + 1) * L, N)]
         fin = part[torch.isfinite(part)]
         if torch.isnan(gd[r, s]) and bool((part[:B] == -math.inf).all()):
@@ -468,8 +422,7 @@ def _trial_6_3(predicted_frac) -> str:
         want = predicted_frac_answer(design, M, N, es, cache)
         if abs(got - want) <= 1e-9:
             continue
-        xb = M * N * es
-        g, w = _two(got, want)
+        xb, (g, w) = M * N * es, _two(got, want)
         where = (f"for {design!r} with M={M}, N={N}, {es}-byte elements and an L2 of {cache:,} bytes "
                  f"(x is {xb:,} bytes) you said {g}, expected {w}")
         if got > 1.0 + 1e-9:
@@ -481,11 +434,9 @@ def _trial_6_3(predicted_frac) -> str:
             hint = "the cooperative kernel reads x once and writes y once, whatever the size"
         elif design == "online":
             hint = "the model counts both of the online kernel's passes from DRAM, whatever the size"
-        elif want == 1.0 and M * N <= cache < xb * 2:
-            hint = "x fits in L2 here" + (" (exactly full counts as fitting)" if xb == cache else "") + \
-                ", so the second read is free in this model"
         elif want == 1.0:
-            hint = "x fits in L2 here, so the second read is free in this model"
+            hint = f"x fits in L2 here{' (exactly full counts as fitting)' if xb == cache else ''}, so the second read " \
+                   f"is free in this model"
         elif M * N <= cache and call_attempt(predicted_frac, design, M, N, es, M * N // 2) != got:
             hint = "x's bytes are M * N * element_size: count the element size before comparing with the L2"
         else:
