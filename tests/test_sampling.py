@@ -1,0 +1,160 @@
+"""helpers.kernels.sampling (lesson 09): softmax_topk against float64 torch, sample's filters,
+reproducibility and distribution, and the errors the API promises. Inputs stay small: under the
+interpreter every program runs in Python."""
+
+from __future__ import annotations
+
+import helpers  # noqa: F401  (first: interpreter or GPU)
+import pytest
+import torch
+from helpers import lesson09
+from helpers.kernels import sampling
+from helpers.kernels.sampling import sample, softmax_topk
+from helpers.mode import DEVICE
+
+INF = float("-inf")
+
+
+def _rand(*shape, seed=0, scale=3.0, dtype=torch.float32):
+    return (torch.randn(*shape, generator=torch.Generator().manual_seed(seed)) * scale).to(dtype).to(DEVICE)
+
+
+def _check(x, k, tol=1e-6):
+    before = x.clone()
+    values, indices = softmax_topk(x, k)
+    assert torch.equal(x, before)  # never modified
+    assert values.shape == indices.shape == tuple(x.shape[:-1]) + (k,)
+    assert values.dtype == x.dtype and indices.dtype == torch.int64
+    p = torch.softmax(x.double(), -1)
+    want = p.topk(k).values
+    nan = torch.isnan(want)
+    assert torch.equal(torch.isnan(values), nan)
+    v, w = values.double()[~nan], want[~nan]
+    assert torch.allclose(v, w, atol=tol, rtol=tol)
+    # ties may pick either column: the indices must point at the right probabilities, each once
+    assert torch.allclose(p.gather(-1, indices)[~nan], w, atol=tol, rtol=tol)
+    assert all(len(set(r)) == k for r in indices.reshape(-1, k).tolist())
+    return values, indices
+
+
+@pytest.mark.parametrize("M, N, k", [(3, 37, 5), (2, 300, 1), (2, 300, 50), (1, 45, 45), (4, 17, 17)])
+def test_softmax_topk_irregular_rows(M, N, k):
+    _check(_rand(M, N, seed=N), k)
+
+
+def test_softmax_topk_with_minus_inf_and_a_row_of_only_minus_inf():
+    x = _rand(4, 130, seed=1)
+    x[0, :100] = INF
+    x[1, ::2] = INF
+    x[2] = INF
+    x[3, 7] = 50.0
+    values, _ = _check(x, 20)
+    assert torch.isnan(values[2]).all() and not torch.isnan(values[:2]).any()
+    assert values[0, 19] > 0 and values[1, 19] > 0  # 30 and 65 finite entries: no -inf among the top 20
+
+
+def test_softmax_topk_k_larger_than_the_finite_entries():
+    x = _rand(1, 12, seed=2)
+    x[0, 3:] = INF
+    values, indices = _check(x, 6)
+    assert sorted(indices[0, :3].tolist()) == [0, 1, 2] and (values[0, 3:] == 0).all()
+
+
+def test_softmax_topk_slices_of_a_long_row_merge():
+    plan = sampling.topk_plan(1, 3000, 64)
+    assert plan["slices"] > 1  # the merge kernel combines several slices' states
+    x = _rand(1, 3000, seed=3)
+    x[0, 1024:2048] = INF  # a slice of only -inf: the identity
+    _check(x, 50)
+    _check(_rand(2, 2500, seed=4), 7)
+
+
+def test_softmax_topk_leading_dimensions_and_non_contiguous_rows():
+    _check(_rand(2, 3, 45, seed=5), 9)
+    _check(_rand(40, 3, seed=6).t(), 4)  # rows are columns in memory
+    _check(_rand(3, 80, seed=7)[:, ::2], 6)  # a column stride of 2
+    _check(_rand(3, 4, 30, seed=8).transpose(0, 1), 3)  # leading dimensions that do not merge
+
+
+def test_softmax_topk_ties_pick_tied_columns():
+    x = torch.tensor([[1.0, 2.0, 2.0, 0.5, 2.0, -1.0, 2.0]], device=DEVICE)
+    _, indices = _check(x, 3)
+    assert set(indices[0].tolist()) <= {1, 2, 4, 6}
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.bfloat16, 1e-2), (torch.float16, 1e-3)])
+def test_softmax_topk_half_precision_inputs(dtype, tol):
+    _check(_rand(2, 100, seed=9, dtype=dtype), 7, tol=tol)
+
+
+def test_softmax_topk_compiled_merge_path_under_the_interpreter(monkeypatch):
+    """The GPU's merge (tl.topk) gives the same answer as the interpreter's rank-by-counting."""
+    monkeypatch.setattr(sampling, "SORT", True)
+    x = _rand(2, 40, seed=10)
+    x[0, :30] = INF
+    _check(x, 4)
+
+
+def test_softmax_topk_large_k_goes_to_torch():
+    _check(_rand(1, 1100, seed=11), 1025)
+
+
+def test_softmax_topk_rejects_bad_input():
+    x = _rand(2, 10)
+    for k in (0, 11, -1):
+        with pytest.raises(ValueError, match="k must be between 1"):
+            softmax_topk(x, k)
+    for k in (2.0, True, "3"):
+        with pytest.raises(ValueError, match="k must be an integer"):
+            softmax_topk(x, k)
+    with pytest.raises(TypeError):
+        softmax_topk(torch.ones(2, 10, dtype=torch.int64, device=DEVICE), 2)
+    with pytest.raises(TypeError):
+        softmax_topk(x.double(), 2)
+
+
+def test_sample_rejects_bad_input():
+    x = _rand(2, 10)
+    for kw in ({"temperature": -0.1}, {"top_k": 0}, {"top_k": 2.5}, {"top_p": 0.0}, {"top_p": 1.5}, {"top_p": -0.2}):
+        with pytest.raises(ValueError):
+            sample(x, **kw)
+    with pytest.raises(TypeError):
+        sample(torch.ones(2, 10, dtype=torch.int32, device=DEVICE))
+
+
+def test_sample_shapes_seeds_and_greedy():
+    x = _rand(2, 3, 200, seed=12)
+    before = x.clone()
+    a = sample(x, temperature=0.8, top_k=20, top_p=0.9, generator=torch.Generator(device=DEVICE).manual_seed(5))
+    b = sample(x, temperature=0.8, top_k=20, top_p=0.9, generator=torch.Generator(device=DEVICE).manual_seed(5))
+    assert a.shape == (2, 3) and a.dtype == torch.int64 and torch.equal(a, b) and torch.equal(x, before)
+    g1, g2 = (sample(x, generator=torch.Generator(device=DEVICE).manual_seed(9)) for _ in range(2))
+    assert torch.equal(g1, g2)  # Gumbel-max: the seed is drawn from the generator too
+    assert torch.equal(sample(x, temperature=0), x.argmax(-1))
+    assert torch.equal(sample(x, top_k=1), x.argmax(-1))
+    assert torch.equal(sample(x, top_p=1e-6), x.argmax(-1))  # the top token always stays
+    # only top-k tokens are ever drawn
+    ids = sample(x, top_k=3, generator=torch.Generator(device=DEVICE).manual_seed(1))
+    assert (x.topk(3).indices == ids[..., None]).any(-1).all()
+
+
+def test_sample_top_p_beyond_the_candidates_falls_back_exactly():
+    x = torch.linspace(0, 0.01, 3000, device=DEVICE).expand(3, 3000)  # nearly flat: a nucleus of ~1500 tokens
+    ids = sample(x, top_p=0.5, generator=torch.Generator(device=DEVICE).manual_seed(0))
+    assert ids.shape == (3,) and (ids >= 1490).all()  # the larger half of the logits
+
+
+def test_the_kernel_draw_equals_the_sorted_draw_for_the_same_uniform():
+    """sample's inverse CDF over the candidates picks what a full sort (sample_torch) picks for the same u."""
+    x = _rand(6, 300, seed=13)
+    for top_k, top_p in ((5, 0.9), (40, None), (None, 0.7)):
+        got = sample(x, temperature=0.8, top_k=top_k, top_p=top_p, generator=torch.Generator(device=DEVICE).manual_seed(3))
+        u = torch.rand((6,), generator=torch.Generator(device=DEVICE).manual_seed(3), device=DEVICE)
+        assert torch.equal(got, sampling.sample_torch(x, 0.8, top_k, 1.0 if top_p is None else top_p, u)), (top_k, top_p)
+
+
+def test_sample_distribution_matches_the_exact_probabilities():
+    """Chi-square of the counts against float64, every setting, fixed seeds (cannot flake)."""
+    freq = lesson09.frequency_check(draws=150)
+    assert freq["agrees"].all(), freq.to_string()
+    assert (freq["draws outside"] == 0).all()
