@@ -125,7 +125,7 @@ lock: venv
 	mv constraints.txt.new constraints.txt
 
 clean:
-	rm -rf $(VENV) _site
+	rm -rf $(VENV) $(VENV_LATEST) _site
 
 # ---- HTML export of the lessons (docs/html.md) --------------------------------------------------
 # `make html`: _site/ from the notebooks' stored outputs (nothing is executed; no GPU needed).
