@@ -338,16 +338,18 @@ def providers(names=PROVIDERS) -> dict:
 def sampling_rows(shapes, dtypes=("float32", "bfloat16"), names=PROVIDERS, rounds: int = 3, quick: bool = False):
     """On a GPU: each provider at each (M, N) and dtype, checked (the course's top-k against float64),
     then timed: GPU time (CUDA graph), eager time, host time per call; ``rounds`` rounds with spread."""
-    from .measure import DTYPES, eager_ms, gpu_ms, host_us, require_gpu
+    from . import measure
+    from .measure import DTYPES
 
-    require_gpu("sampling_rows")
+    measure.require_gpu("sampling_rows")
+    eager_ms, gpu_ms, host_us = measure.eager_ms, measure.gpu_ms, measure.host_us
     provs = providers(names)
     med = lambda v: sorted(v)[len(v) // 2]
     spread = lambda v: (max(v) - min(v)) / med(v) if all(math.isfinite(t) for t in v) else float("nan")
     out = []
     for dt in dtypes:
         for M, N in shapes:
-            x = torch.randn(M, N, device="cuda", dtype=DTYPES[dt], generator=torch.Generator("cuda").manual_seed(0)) * 3
+            x = torch.randn(M, N, device=DEVICE, generator=torch.Generator(DEVICE).manual_seed(0)).mul(3).to(DTYPES[dt])
             y = torch.empty_like(x)
             fns, status = {"copy": lambda: y.copy_(x)}, {"copy": "ok"}
             for name, fn in provs.items():
@@ -361,16 +363,17 @@ def sampling_rows(shapes, dtypes=("float32", "bfloat16"), names=PROVIDERS, round
                         err = (res[0].double() - want).abs().max().item()
                         if not err <= (1e-2 if dt == "bfloat16" else 1e-5):
                             raise AssertionError(f"max abs error {err:.1e}")
-                    torch.cuda.synchronize()
+                    if ON_GPU:
+                        torch.cuda.synchronize()
                     fns[name], status[name] = (lambda fn=fn: fn(x)), "ok"
                 except Exception as e:  # reported in the CSV, never hidden
                     status[name] = f"failed: {type(e).__name__}: {str(e).strip()[:80]}".replace(",", ";").replace("\n", " ")
             t = {n: {"graph": [], "eager": []} for n in fns}
             for _ in range(1 if quick else rounds):
                 for n, fn in fns.items():
-                    t[n]["eager"].append(eager_ms(fn, rep=20 if quick else 40))
+                    t[n]["eager"].append(eager_ms(fn, rep=20 if quick else 25))
                     try:
-                        t[n]["graph"].append(gpu_ms(fn, rep=10 if quick else 20))
+                        t[n]["graph"].append(gpu_ms(fn, rep=10 if quick else 15))
                     except Exception as e:
                         status[n] = f"ok (no CUDA graph: {type(e).__name__})"
                         t[n]["graph"].append(float("nan"))
@@ -386,7 +389,8 @@ def sampling_rows(shapes, dtypes=("float32", "bfloat16"), names=PROVIDERS, round
                              host_us=host_us(fns[n], calls=20 if quick else 50))
                 out.append({k: (round(v, 4) if isinstance(v, float) and math.isfinite(v) else v) for k, v in r.items()})
             del x, y
-            torch.cuda.empty_cache()
+            if ON_GPU:
+                torch.cuda.empty_cache()
     return out
 
 

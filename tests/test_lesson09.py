@@ -284,3 +284,41 @@ def test_the_notebooks_solutions_are_correct(capsys, tmp_path, monkeypatch):
     sol = importlib.import_module("lesson09_solutions")
     assert status(verdict(capsys, lesson09.check_9_1, sol.merge)).startswith("correct")
     assert status(verdict(capsys, lesson09.check_9_2, sol.sample_step_kernel)).startswith("correct")
+
+
+# --------------------------------------------------------------------------------------------
+# The benchmark's rows (the GPU timers faked: the code path runs here, the numbers do not matter)
+# --------------------------------------------------------------------------------------------
+
+
+def test_sampling_rows_with_fake_timers(monkeypatch):
+    from helpers import measure
+
+    monkeypatch.setattr(measure, "require_gpu", lambda what="": None)
+    monkeypatch.setattr(measure, "eager_ms", lambda fn, rep=0: (fn(), 0.02)[1])
+    times = iter([0.010, 0.011, 0.012] * 100)
+    monkeypatch.setattr(measure, "gpu_ms", lambda fn, rep=0: (fn(), next(times))[1])
+    monkeypatch.setattr(measure, "host_us", lambda fn, calls=0, loops=3: 5.0)
+    names = ("copy", "course_softmax_topk", "course_sample", "torch_softmax_topk", "torch_hf_sample")
+    rows = lesson09.sampling_rows([(2, 300)], dtypes=("float32", "bfloat16"), names=names, rounds=3)
+    assert len(rows) == 2 * len(names)
+    assert {r["provider"] for r in rows} == set(names)
+    assert all(r["status"] == "ok" for r in rows), rows
+    copy = next(r for r in rows if r["provider"] == "copy" and r["dtype"] == "float32")
+    assert copy["graph_us"] == pytest.approx(11.0) and copy["frac_of_one_read"] == pytest.approx(0.5)
+    assert copy["graph_spread"] == pytest.approx((0.012 - 0.010) / 0.011, abs=1e-3)
+    assert set(rows[0]) == {"dtype", "M", "N", "provider", "graph_us", "eager_us", "host_us", "graph_spread", "spread",
+                            "frac_of_one_read", "status"}
+
+
+def test_sampling_rows_reports_a_failing_provider(monkeypatch):
+    from helpers import measure
+
+    monkeypatch.setattr(measure, "require_gpu", lambda what="": None)
+    monkeypatch.setattr(measure, "eager_ms", lambda fn, rep=0: 0.02)
+    monkeypatch.setattr(measure, "gpu_ms", lambda fn, rep=0: 0.01)
+    monkeypatch.setattr(measure, "host_us", lambda fn, calls=0, loops=3: 5.0)
+    monkeypatch.setattr(lesson09, "softmax_topk", lambda x, k: (torch.zeros(x.shape[0], k), None))
+    rows = lesson09.sampling_rows([(2, 300)], dtypes=("float32",), names=("copy", "course_softmax_topk"), rounds=1)
+    bad = next(r for r in rows if r["provider"] == "course_softmax_topk")
+    assert bad["status"].startswith("failed: AssertionError") and bad["graph_us"] != bad["graph_us"]  # NaN
