@@ -321,7 +321,9 @@ def _trial_1_3(is_shift_invariant) -> None:
             raise Wrong(f"return True or False, got {type(got).__name__} for f = {desc}")
         if b != truth:
             verdict = "is" if truth else "is not"
-            raise Wrong(f"you said f = {desc} {'is' if b else 'is not'} shift-invariant, but it {verdict}")
+            hint = (" (compare with torch.allclose, not == or torch.equal: f(x + c) and f(x) can differ in the last "
+                    "bits)" if truth else "")
+            raise Wrong(f"you said f = {desc} {'is' if b else 'is not'} shift-invariant, but it {verdict}{hint}")
 
 
 def check_1_3(is_shift_invariant) -> None:

@@ -715,3 +715,13 @@ def test_no_checker_of_lessons_01_02_says_the_same_for_expected_and_got(capsys):
         line = _run(capsys, checker, fn)
         said = re.search(r"expected (.*?), got (.*?)(?:$|: | \()", line)
         assert "wrong" in line and said and said.group(1) != said.group(2), line
+
+
+@pytest.mark.parametrize("fn, hint", [
+    (lambda f, x: all(torch.equal(f(x + c), f(x)) for c in (-3.0, 0.5, 7.0)), "compare with torch.allclose"),
+    (lambda f, x: True, "is shift-invariant, but it is not"),
+    (lambda f, x: False, "is not shift-invariant, but it is"),
+])
+def test_checker_1_3_wrong_answers(capsys, fn, hint):
+    line = _run(capsys, lesson01.check_1_3, fn)
+    assert "): wrong: " in line and hint in line, line
