@@ -375,3 +375,50 @@ def test_exercise_answers_match_autograd():
     target = torch.tensor([1, 0, 5])
     (g_ce,) = torch.autograd.grad(torch.nn.functional.cross_entropy(x, target), x)
     torch.testing.assert_close(lesson08.cross_entropy_grad_answer(x.detach(), target), g_ce)
+
+
+def _run_cell(phrase: str, ns: dict) -> dict:
+    """Run the lesson's code cell that contains ``phrase`` in ``ns`` (the notebook's names)."""
+    (src,) = ["".join(c["source"]) for c in _cells() if c["cell_type"] == "code" and phrase in "".join(c["source"])]
+    exec(compile(src, f"08_backward.ipynb ({phrase})", "exec"), ns)
+    return ns
+
+
+def _notebook_names() -> dict:
+    import pandas as pd
+    from helpers.reference import round_up_err
+
+    return dict(helpers=helpers, torch=torch, pd=pd, data=data, lesson08=lesson08, round_up_err=round_up_err)
+
+
+def test_the_notebooks_training_cell_matches_torch_step_by_step(capsys):
+    ns = _run_cell("def tiny_attention", _notebook_names())
+    losses = ns["losses"]
+    assert len(losses) == 5 and losses["helpers.softmax"].is_monotonic_decreasing
+    assert (losses["helpers.softmax"] - losses["torch.softmax"]).abs().max() < 1e-6
+
+
+def test_the_notebooks_compile_cells_trace_without_a_graph_break(capsys):
+    ns = _run_cell("def loss_fn", _notebook_names())
+    out = capsys.readouterr().out
+    assert "softmax_course.softmax.default" in out and "softmax_course.softmax_backward.default" in out
+    _run_cell("fullgraph=True, backend=backend", ns)
+    assert torch.allclose(ns["x1"].grad, ns["x2"].grad, atol=1e-6) and abs(ns["v1"].item() - ns["v2"].item()) < 1e-5
+
+
+def test_the_notebooks_bandwidth_cells_mark_noisy_cells_and_find_the_fair_ceiling():
+    """The lesson's cells on a recording with spreads: a cell over 10% gets its '*'; the copy table
+    says which copies fit in L2, and the fair ceiling leaves those out."""
+    bench = _fake_bench()
+    bench["graph_spread"] = 0.01
+    bench.loc[(bench.provider == "course") & (bench.N == 16384) & (bench.dtype == "float32"), "graph_spread"] = 0.3
+    props = data.frame([dict(dram_peak_gbps=1.0, l2_bytes=50e6)], {"gpu": "Test GPU"})  # every copy beats 0.8 of it
+    ns = _run_cell("frac = bench.query", dict(_notebook_names(), bench=bench))
+    shown = repr(data.show(ns["frac"], best="max", noisy=data.noisy(ns["spread"])))
+    assert shown.count("*") == 2 and "0.95*" in shown  # the cell, and the caption's note
+    ns = _run_cell("peak, l2_mb = props", dict(ns, props=props))
+    copy = ns["copy"]
+    assert copy.loc[("float32", 1024), "MB moved"] == pytest.approx(2 * 4096 * 1024 * 4 / 1e6)
+    assert sorted(copy.index[copy["fits in L2"] == "yes"]) == [("bfloat16", 1024), ("float32", 1024)]
+    ns = _run_cell("fair = copy.index", ns)
+    assert sorted(ns["fair"]) == sorted(i for i in copy.index if i[1] != 1024)
