@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 from claims import cell_with, prose, quotes
 from helpers import data, lesson05
+from helpers.bench import HELD_OUT_SHAPES as HELD_OUT
 
 L = "05"
 PROPS = data.load("device_props").to_dict("records")[0]
@@ -28,7 +29,7 @@ def ok():
 @pytest.fixture(scope="module")
 def bench():
     b = data.load("bench", gpu="h100")
-    b["group"] = ["held-out" if s in lesson05.HELD_OUT else "M=4096" if s[0] == 4096 else "long rows"
+    b["group"] = ["held-out" if s in HELD_OUT else "M=4096" if s[0] == 4096 else "long rows"
                   for s in zip(b.M, b.N)]
     return b
 
