@@ -298,8 +298,9 @@ def _round(rows: list[dict]) -> list[dict]:
 
 
 def sweep(seqs=SEQS, dims=(64, 128), dtypes=("float16", "bfloat16"), causals=(False, True), providers=PROVIDERS,
-          B: int = 4, H: int = 16, **kw) -> list[dict]:
-    """Every (dtype, D, causal, S) of the sweep, every provider: the rows of the CSV."""
+          B: int = 4, H: int = 16, out=None, **kw) -> list[dict]:
+    """Every (dtype, D, causal, S) of the sweep, every provider: the rows of the CSV. ``out``: (path,
+    provenance) to write the rows so far after every shape (a run cut short keeps what it measured)."""
     rows = []
     t0 = time.time()
     for dtype_name in dtypes:
@@ -308,6 +309,8 @@ def sweep(seqs=SEQS, dims=(64, 128), dtypes=("float16", "bfloat16"), causals=(Fa
                 for S in seqs:
                     _log(f"[{time.time() - t0:6.1f} s] {dtype_name} D={D} causal={int(causal)} S={S}")
                     rows += measure_shape(dtype_name, B, H, S, D, causal, providers, **kw)
+                    if out is not None:
+                        write_csv(out[0], _round(rows), out[1])
     return _round(rows)
 
 
@@ -406,9 +409,10 @@ def main(argv=None) -> int:
             print(f"D={D} causal={causal}: best AttentionConfig({r['block_m']}, {r['block_n']}, {r['num_warps']}, "
                   f"{r['num_stages']}) at {r['graph_tflops']} TFLOP/s")
     elif args.quick:
-        rows = sweep(seqs=(1024, 4096), dtypes=("float16",), timer=gpu_timer(args.rep), rounds=args.rounds)
+        rows = sweep(seqs=(1024, 4096), dtypes=("float16",), timer=gpu_timer(args.rep), rounds=args.rounds,
+                     out=(Path(args.out_csv), provenance(command)))
     else:
-        rows = sweep(timer=gpu_timer(args.rep), rounds=args.rounds)
+        rows = sweep(timer=gpu_timer(args.rep), rounds=args.rounds, out=(Path(args.out_csv), provenance(command)))
     path = write_csv(Path(args.out_csv), rows, provenance(command))
     bad = [r for r in rows if r["status"] != "ok" and r.get("provider") == "course"]
     print(f"wrote {len(rows)} rows to {path} in {time.time() - t0:.0f} s"

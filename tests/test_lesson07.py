@@ -238,12 +238,14 @@ def test_naive_is_skipped_past_its_limit():
 
 @pytest.mark.skipif(helpers.ON_GPU, reason="the harness's CPU path (a fake timer), for machines without a GPU")
 def test_sweep_writes_a_csv_the_lesson_reads(tmp_path, capsys):
+    path = tmp_path / "attention.csv"
     rows = AB.sweep(seqs=(32,), dims=(16,), dtypes=("float16",), causals=(False, True), providers=("course", "sdpa"),
-                    B=1, H=2, timer=_fake_timer, peak=lambda fn: 0.25, device="cpu")
+                    B=1, H=2, timer=_fake_timer, peak=lambda fn: 0.25, device="cpu",
+                    out=(path, gpu_data.provenance("test")))  # written after every shape
     assert len(rows) == 4 and all(r["status"] == "ok" for r in rows)
-    path = gpu_data.write_csv(tmp_path / "attention.csv", rows, gpu_data.provenance("test"))
     df = data.load(str(path))
-    assert list(df.columns) == list(AB.COLUMNS) and df.attrs["provenance"]["command"] == "test"
+    assert list(df.columns) == list(AB.COLUMNS) and df.attrs["provenance"]["command"] == "test" and len(df) == 4
+    assert (df.spread == 0).all() and (df.graph_spread == 0).all()  # one stand-in value per round: no spread
 
 
 def test_flops_and_sample_rows():
