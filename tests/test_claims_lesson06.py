@@ -118,7 +118,7 @@ def test_the_counters_of_the_two_launches(ncu, l2):
     quotes(text, two.loc[("split_fp32_32MiB", "split_normalize"), "DRAM MB"], "It moved {:.1f} MB")
     both = two.groupby("case")[["kernel µs", "DRAM MB"]].sum()
     both["sweep"] = [l2.query("provider == 'split' and M == @M").graph_ms.item() * 1000 for M in two.groupby("case").M.first()]
-    text = cell_with(L, "**The L2 saved no time.**")
+    text = cell_with(L, "**The L2 saved little time, if any.**")
     for case, size in (("split_fp32_32MiB", 32), ("split_fp32_256MiB", 256)):
         quotes(text, f"{both.loc[case, 'kernel µs']:.1f} µs against {both.loc[case, 'sweep']:.1f} µs at {size} MiB")
         assert abs(both.loc[case, "kernel µs"] / both.loc[case, "sweep"] - 1) < 0.05
@@ -151,7 +151,7 @@ def test_few_long_rows_against_a_copy(bench, frac, spread):
     assert (copy.graph_ms > copy.ms).all()
 
 
-def test_the_cooperative_kernels_counters(ncu, bench, gpu):
+def test_the_cooperative_kernels_counters(ncu, bench, gpu, frac, spread):
     recorded = gpu[2]
     tuning = data.load("tuning_nvidia_h100_80gb_hbm3")
     chosen = tuning[(tuning.kind == "coop") & (tuning.status == "ok")].sort_values("graph_ms").groupby(["dtype", "M", "N"]).first()
@@ -177,7 +177,10 @@ def test_the_cooperative_kernels_counters(ncu, bench, gpu):
     few = coop[coop.index.get_level_values("M") <= 64]
     quotes(text, few.dram_pct_of_peak.max(), "{:.0f}% of it at most")
     quotes(text, big.dram_pct_of_peak, "against {:.0f}% at 1024")
-    assert coop["kernel µs"].gt(copy_us).all()  # "it takes longer than a copy at every shape"
+    assert coop["kernel µs"].gt(copy_us).all()  # the profile's single runs agree
+    bench_coop = frac.split_coop.reindex(coop.index)  # "it takes longer than a copy at every shape"
+    assert not data.noisy(spread.split_coop.reindex(coop.index)).any() and (bench_coop < 1).all()
+    quotes(text, f"{bench_coop.min():.2f} to {bench_coop.max():.2f} of a copy's speed at these four shapes")
 
 
 def test_the_tuners_choice_and_where_two_launches_win(frac, spread):
