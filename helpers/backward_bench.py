@@ -1,6 +1,6 @@
 """The softmax backward on a GPU: the course's Triton kernels against PyTorch's, checked, then timed.
 
-    python -m helpers.backward_bench figures/data/backward.csv     # about 2 minutes on an H100
+    python -m helpers.backward_bench figures/data/backward_h100.csv     # three timing rounds per shape: a few minutes on an H100
 
 Shapes: M = 4096 rows, N = 1024 ... 32768 columns (the powers of two, and 12672), in float32 and
 bfloat16. y is a real softmax output (of a random normal x) and dy is random normal. Providers:
