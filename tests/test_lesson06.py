@@ -958,3 +958,22 @@ def test_notebook_solutions_pass_their_checkers(capsys, tmp_path):
         spec.loader.exec_module(mod)
         line = _run(capsys, checks[name], getattr(mod, name))
         assert "): correct" in line, line
+
+
+def test_no_answer_on_screen_before_its_solution():
+    """Exercise 6.1's checker is followed by its (collapsed) solution; the library's statistics kernel,
+    which is that solution, appears only after exercise 6.2's solution, and the second launch's merge
+    (6.2's answer in Triton) after it too; the model's predictions only after 6.3's solution."""
+    import json
+    from pathlib import Path
+
+    cells = json.loads((Path(__file__).resolve().parent.parent / "notebooks" / "06_split_rows.ipynb").read_text())["cells"]
+    src = ["".join(c["source"]) for c in cells]
+    at = lambda phrase: next(i for i, s in enumerate(src) if phrase in s)
+    sol = [i for i, c in enumerate(cells) if "solution" in c.get("metadata", {}).get("tags", [])]
+    assert at("lesson06.check_6_1(") + 1 == sol[0] and at("lesson06.check_6_2(") + 1 == sol[1]
+    assert at("def softmax_split_stats_kernel(") > sol[1]
+    assert at("def softmax_split_normalize_kernel(") > sol[1]
+    assert at("lesson06.check_6_3(") + 1 == sol[2] and at("lesson06.predicted_frac_answer(") > sol[2]
+    for i in range(at("lesson06.check_6_1("), sol[0]):  # nothing between a checker and its solution prints code
+        assert "show_source" not in src[i]
