@@ -158,3 +158,13 @@ def test_sample_distribution_matches_the_exact_probabilities():
     freq = lesson09.frequency_check(draws=150)
     assert freq["agrees"].all(), freq.to_string()
     assert (freq["draws outside"] == 0).all()
+
+
+def test_sample_compiled_merge_path_under_the_interpreter(monkeypatch):
+    """The GPU's merge (tl.topk) draws the same tokens as the interpreter's, for the same generator."""
+    x = _rand(3, 40, seed=14)
+    gen = lambda: torch.Generator(device=DEVICE).manual_seed(4)  # noqa: E731
+    want = [sample(x, top_k=3, top_p=0.8, generator=gen()), sample(x, temperature=0.9, generator=gen())]
+    monkeypatch.setattr(sampling, "SORT", True)
+    got = [sample(x, top_k=3, top_p=0.8, generator=gen()), sample(x, temperature=0.9, generator=gen())]
+    assert all(torch.equal(a, b) for a, b in zip(got, want))

@@ -247,7 +247,8 @@ def sample(logits, *, temperature=1.0, top_k=None, top_p=None, generator=None):
     if top_k is None and top_p is None:  # the whole vocabulary: Gumbel-max, a top 1 of perturbed logits
         seed = torch.randint(0, 2**31 - 1, (1,), generator=generator, device=dev, dtype=torch.int32)
         md, keys, plan = _slices(rows, 1, 1.0 / temperature, seed=seed)
-        topk_merge_kernel[(M,)](md, ids, md, keys, md, plan["slices"], 1, 1.0,
+        p_top = torch.empty((M,), dtype=torch.float32, device=dev)  # the winner's perturbed "probability": unused
+        topk_merge_kernel[(M,)](p_top, ids, md, keys, md, plan["slices"], 1, 1.0,
                                 K=1, SLICES=plan["slices_p2"], MODE=0, RENORM=True, SORT=SORT)
         return ids.reshape(shape)
     u = torch.rand((M,), generator=generator, device=dev, dtype=torch.float32)
