@@ -146,8 +146,9 @@ def launch_cost_rows(M: int = 4096, N: int = 256, rounds: int = 7) -> list[dict]
 
 
 def live(rows_fn, *args, **kwargs) -> pd.DataFrame:
-    """``rows_fn(*args, **kwargs)`` measured now, as a DataFrame with this machine's provenance."""
-    return data.frame(rows_fn(*args, **kwargs), provenance(f"helpers.lesson05.{rows_fn.__name__}()"))
+    """``rows_fn(*args, **kwargs)`` measured now, as the recording's DataFrame: "" (not measured) is NaN."""
+    rows = [{k: math.nan if v == "" else v for k, v in r.items()} for r in rows_fn(*args, **kwargs)]
+    return data.frame(rows, provenance(f"helpers.lesson05.{rows_fn.__name__}()"))
 
 
 # Figures: each takes the lesson's DataFrame (the recording when none is given)

@@ -454,3 +454,49 @@ def test_checker_5_4_names_the_mistake(name, wrong, hint, capsys):
     line = verdict(capsys, lesson05.check_5_4, wrong)
     if hint != RESERVE:  # the driver's reserve is named only for the mistake of leaving it out
         assert RESERVE not in line, line
+
+
+# --------------------------------------------------------------------------------------------
+# The notebook: its solutions pass their checkers, and no answer is on screen above a checker
+# --------------------------------------------------------------------------------------------
+
+
+def _notebook():
+    import json
+    from pathlib import Path
+
+    return json.loads((Path(__file__).resolve().parent.parent / "notebooks" / "05_persistent_softmax.ipynb").read_text())
+
+
+def _solutions() -> str:
+    import re
+
+    cells = [c for c in _notebook()["cells"] if "solution" in c.get("metadata", {}).get("tags", [])]
+    return "\n\n".join(m for c in cells for m in re.findall(r"```python\n(.*?)```", "".join(c["source"]), re.S))
+
+
+def test_the_notebooks_solutions_pass_their_checkers(tmp_path, monkeypatch, capsys):
+    import importlib
+
+    (tmp_path / "lesson05_solutions.py").write_text("import triton\nimport triton.language as tl\n\n" + _solutions())
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sol = importlib.import_module("lesson05_solutions")
+    for checker, fn in ((lesson05.check_5_1, sol.persistent_softmax_kernel), (lesson05.check_5_2, sol.programs_by_registers),
+                        (lesson05.check_5_3, sol.waves), (lesson05.check_5_4, sol.binding_limit)):
+        line = verdict(capsys, checker, fn)
+        assert status(line).startswith("correct"), line
+
+
+def test_no_answer_on_screen_above_its_checker():
+    """No code cell (source or output) before exercise 5.1's checker holds the grid-stride loop, and none
+    before the checkers of 5.2 to 5.4 rounds registers up to 256 or takes the ceiling of waves."""
+    cells = _notebook()["cells"]
+    text = lambda c: "".join(c["source"]) + "".join(  # noqa: E731
+        "".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/plain", "")) for o in c.get("outputs", []))
+    checker_at = {k: next(i for i, c in enumerate(cells) if f"lesson05.check_{k}(" in "".join(c["source"])) for k in
+                  ("5_1", "5_2", "5_3", "5_4")}
+    answers = {"5_1": "range(tl.program_id(0), n_rows, tl.num_programs(0))", "5_2": "// 256) * 256",
+               "5_3": "-(-num_programs // resident)", "5_4": "min(limits, key=limits.get)"}
+    for k, answer in answers.items():
+        shown = [i for i, c in enumerate(cells[:checker_at[k]]) if c["cell_type"] == "code" and answer in text(c)]
+        assert not shown, (k, shown)
