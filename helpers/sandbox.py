@@ -136,10 +136,19 @@ def is_jit_function(v) -> bool:
 
 
 def _names_in(src: str) -> list[str]:
+    """The free names a function's source reads (decorators included): not its arguments, nor the
+    names it assigns."""
     tree = ast.parse(src)
+    local = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.arg):
+            local.add(node.arg)
+        elif isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            local.add(node.id)
     seen = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and node.id not in seen:
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in local \
+                and node.id not in seen:
             seen.append(node.id)
     return seen
 
@@ -514,6 +523,8 @@ def _handle(msg, out_fd: int):
     for v in list(args) + list(kwargs.values()):
         _devices(v, devices)
     on_cuda = any(d.startswith("cuda") for d in devices)
+    if on_cuda:  # Triton launches on the current device: the tensors' own
+        torch.cuda.set_device(torch.device(sorted(d for d in devices if d.startswith("cuda"))[0]))
     # every storage, by the device its first tensor is on
     dev_of = {}
     for v in list(args) + list(kwargs.values()):
