@@ -151,5 +151,15 @@ def test_short_rows(limits_ok):
     assert data_total.M * data_total.N * 4 == 2**28 and "fixed at 256 MiB" in prose(L)
 
 
+def test_four_times_fewer_bytes():
+    """The traffic cell: the naive version's reads and writes over the fused kernel's, at M = N = 4096."""
+    from helpers.traffic import kernel_traffic
+
+    naive, fused = (sum(kernel_traffic(k, 4096, 4096).values()) for k in ("naive", "fused"))
+    assert f"{naive / fused:.2f}" == "4.00"
+    assert "Four times fewer bytes" in cell_with(L, "more than the bytes explain")
+    assert "a quarter of the naive version's traffic" in cell_with(L, "## Key points")
+
+
 def test_the_smallest_shape_is_4_mib():
     assert 4096 * 256 * 4 / 2**20 == 4 and "the input is 4 MiB" in prose(L)
