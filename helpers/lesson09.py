@@ -1,9 +1,7 @@
-"""Lesson 09: softmax over a vocabulary, top-k and sampling in one read of the logits.
-
-What the lesson's cells call and a learner need not read: the key probe, the correctness and
-frequency checks, the exercise checkers (9.1 the merge of two states, 9.2 the sampling step in
-Triton) and the live measurement (``sampling_rows``, also used by ``tools/sampling_bench.py``).
-"""
+"""Lesson 09: softmax over a vocabulary, top-k and sampling in one read of the logits. What its cells call
+and a learner need not read: the key probe, the correctness and frequency checks, the checkers of 9.1
+(merge two states) and 9.2 (the sampling step in Triton), and the live measurement (``sampling_rows``,
+also used by ``tools/sampling_bench.py``)."""
 
 from __future__ import annotations
 
@@ -249,8 +247,7 @@ HINTS_9_2 = {
 
 
 def _uniforms():
-    u = (torch.arange(U_9_2, dtype=torch.float64) + 0.5) / U_9_2
-    return u
+    return (torch.arange(U_9_2, dtype=torch.float64) + 0.5) / U_9_2
 
 
 def _trial_9_2(kernel) -> str:
@@ -401,7 +398,3 @@ def bench_frame(shapes, dtypes=("float32",), names=("copy", "course_softmax_topk
 
     return data.frame(sampling_rows(shapes, dtypes, names, quick=True), provenance("lesson 09, live"))
 
-
-__all__ = ["keys_of", "topk_cases", "topk_error", "check_softmax_topk", "exact_probs", "frequency_check",
-           "state_of", "merge_answer", "check_9_1", "positions", "check_9_2", "hf_sample", "sampling_rows",
-           "bench_frame", "ON_GPU"]

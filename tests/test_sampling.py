@@ -168,3 +168,21 @@ def test_sample_compiled_merge_path_under_the_interpreter(monkeypatch):
     monkeypatch.setattr(sampling, "SORT", True)
     got = [sample(x, top_k=3, top_p=0.8, generator=gen()), sample(x, temperature=0.9, generator=gen())]
     assert all(torch.equal(a, b) for a, b in zip(got, want))
+
+
+def test_compiled_merge_many_and_few_winners(monkeypatch):
+    """The GPU's merge with blocks of 64: the first block of a slice has many winners (tl.topk), later
+    ones a few (moved one at a time); both must keep the same top k as float64 torch."""
+    monkeypatch.setattr(sampling, "SORT", True)
+
+    def plan(n_rows, n_cols, K, target_programs=None):
+        slice_len = 256
+        slices = -(-n_cols // slice_len)
+        return {"block": 64, "slices": slices, "slice_len": slice_len, "slices_p2": 1 << (slices - 1).bit_length(),
+                "warps": 4}
+    monkeypatch.setattr(sampling, "topk_plan", plan)
+    x = _rand(2, 500, seed=15)
+    x[1, 300:] += 4.0  # later blocks full of winners again: the bitonic path after the loop path
+    _check(x, 4)
+    ids = sample(x, top_k=6, top_p=0.9, generator=torch.Generator(device=DEVICE).manual_seed(2))
+    assert (x.topk(6).indices == ids[:, None]).any(-1).all()

@@ -11,7 +11,8 @@ from helpers.mode import ON_GPU
 
 MAX_K = 1024        # the largest k a program keeps on chip (as K lanes); a larger k goes to torch
 TOP_P_BOUND = 256   # candidates kept for a top_p without top_k; a row whose nucleus is larger goes to torch
-SORT = ON_GPU       # merge candidates with tl.topk where compiled; the interpreter's tl.topk is slow: a loop
+SORT = ON_GPU       # merge candidates with tl.topk where compiled; the interpreter's tl.topk is slow
+FEW_WINNERS = tl.constexpr(8)  # a block with at most this many winners merges them one at a time (compiled)
 
 
 @triton.jit
@@ -57,10 +58,18 @@ def rank_merge(top, keys, K: tl.constexpr, B: tl.constexpr):
 
 @triton.jit
 def merge_top(top, keys, K: tl.constexpr, B: tl.constexpr, SORT: tl.constexpr):
-    # The K largest of the candidates `top` and a block's B `keys`, largest first.
-    if SORT:  # compiled: bitonic top-K of the block, then of the union, only when the block has a winner
-        if tl.max(keys, 0) > tl.min(top, 0):
+    # The K largest of the candidates `top` (K distinct keys) and a block's B `keys`.
+    if SORT:
+        low = tl.min(top, 0)
+        wins = tl.sum((keys > low).to(tl.int32), 0)  # the block's keys that beat the weakest candidate
+        if wins > FEW_WINNERS:  # many (the first blocks): a bitonic top K of the block, then of the union
             top = tl.topk(tl.reshape(tl.join(top, tl.topk(keys, K)), (2 * K,)), K)
+        else:                   # a few (most later blocks): each replaces the weakest candidate, if it still beats it
+            for _ in range(wins):
+                best = tl.max(keys, 0)
+                top = tl.where((top == low) & (best > low), best, top)
+                keys = tl.where(keys == best, -2**63, keys)
+                low = tl.min(top, 0)
     else:     # interpreted: rank by counting (B x B comparisons: cheap in NumPy, not in registers)
         top = rank_merge(top, keys, K, B)
     return top
