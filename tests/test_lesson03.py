@@ -298,6 +298,19 @@ def test_checker_3_2_right_answers(capsys):
     assert status(verdict(capsys, lesson03.check_3_2, dim0_right_transposed_view)).startswith("correct")
 
 
+def test_checker_3_2_stops_a_function_that_never_returns(capsys, monkeypatch):
+    from helpers import exercises
+
+    monkeypatch.setattr(exercises, "FUNCTION_TIMEOUT", 1.0)
+
+    def loops_forever(x, out, kernel):
+        while True:
+            pass
+
+    line = verdict(capsys, lesson03.check_3_2, loops_forever)
+    assert status(line).startswith("wrong") and "did not finish" in line, line
+
+
 def test_checker_3_2_not_yet(capsys):
     assert status(verdict(capsys, lesson03.check_3_2, _untouched)).startswith("not yet")
     assert status(verdict(capsys, lesson03.check_3_2, None)).startswith("not yet")
