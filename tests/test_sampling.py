@@ -186,3 +186,14 @@ def test_compiled_merge_many_and_few_winners(monkeypatch):
     _check(x, 4)
     ids = sample(x, top_k=6, top_p=0.9, generator=torch.Generator(device=DEVICE).manual_seed(2))
     assert (x.topk(6).indices == ids[:, None]).any(-1).all()
+
+
+def test_numpy_integers_and_reals_are_accepted():
+    import numpy as np
+
+    x = _rand(2, 30, seed=16)
+    v, i = softmax_topk(x, np.int64(3))
+    assert v.shape == (2, 3)
+    ids = sample(x, temperature=np.float32(0.5), top_k=np.int32(4), top_p=np.float64(0.9),
+                 generator=torch.Generator(device=DEVICE).manual_seed(0))
+    assert (x.topk(4).indices == ids[:, None]).any(-1).all()
