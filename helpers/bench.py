@@ -77,12 +77,12 @@ def summary(rows: list[dict], provider: str = "softmax") -> str:
 def tune() -> Path:
     """Time every candidate configuration of this GPU and record the table ``helpers.tuning`` reads."""
     require_gpu("tuning")
-    from . import tuning
+    from . import kernels, tuning
     from .device import gpu_props
 
     warm_up_gpu()
     t0 = time.time()
-    rows = tuning.sweep()
+    rows = tuning.sweep(kernels.softmax_tiled, kernels.softmax_split_coop)
     name = gpu_props()["name"]
     path = tuning.write_recorded(rows, name, provenance("python -m helpers.bench tune"))
     print(f"wrote {path} ({len(rows)} candidates in {time.time() - t0:.0f} s)", file=sys.stderr)

@@ -105,7 +105,8 @@ def tiled_plan(rows, block_m=None, num_warps=None, num_stages=None, programs_per
         raise ValueError(f"softmax_tiled: block_m must be a power of two (Triton's tl.arange needs one), got {block_m}.")
     check_fused_len(rows.n_cols, "softmax_tiled")
     given = (block_m, num_warps, num_stages, programs_per_sm)
-    cfg = tiled_config(rows.n_cols, rows.dtype) if None in given else TiledConfig(*given)  # (the tuner gives all four)
+    cfg = (tiled_config(rows.n_cols, rows.dtype, tune=softmax_tiled)  # tuned on first use where nothing is recorded
+           if None in given else TiledConfig(*given))  # (the tuner gives all four)
     bm = cfg.block_m if block_m is None else block_m
     pps = cfg.programs_per_sm if programs_per_sm is None else programs_per_sm
     n_tiles = triton.cdiv(rows.n_rows, bm)
