@@ -322,3 +322,18 @@ def test_sampling_rows_reports_a_failing_provider(monkeypatch):
     rows = lesson09.sampling_rows([(2, 300)], dtypes=("float32",), names=("copy", "course_softmax_topk"), rounds=1)
     bad = next(r for r in rows if r["provider"] == "course_softmax_topk")
     assert bad["status"].startswith("failed: AssertionError") and bad["graph_us"] != bad["graph_us"]  # NaN
+
+
+def test_sampling_bench_smoke_and_its_gpu_guard(capsys):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "tools" / "sampling_bench.py"
+    spec = importlib.util.spec_from_file_location("sampling_bench", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.main(["--smoke"]) == 0
+    out = capsys.readouterr().out
+    assert "course_softmax_topk: ok" in out and "course_sample: ok" in out and "torch_hf_sample: ok" in out
+    if not helpers.ON_GPU:
+        assert bench.main([]) == 2

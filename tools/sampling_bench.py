@@ -81,6 +81,10 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="one round per timing")
     ap.add_argument("--smoke", action="store_true", help="run each provider once on tiny shapes; time nothing")
     ap.add_argument("--dtypes", default="float32,bfloat16")
+    ap.add_argument("--providers", default=",".join(lesson09.PROVIDERS),
+                    help="comma-separated subset of " + ", ".join(lesson09.PROVIDERS) + " (copy is always timed)")
+    ap.add_argument("--ms", default=",".join(map(str, MS)), help="row counts M")
+    ap.add_argument("--ns", default=",".join(map(str, NS)), help="row lengths N")
     args = ap.parse_args(argv)
     if args.smoke:
         return smoke()
@@ -91,9 +95,13 @@ def main(argv=None) -> int:
 
     warm_up_gpu()
     t0 = time.time()
-    shapes = [(m, n) for m in MS for n in NS]
-    rows = lesson09.sampling_rows(shapes, dtypes=tuple(args.dtypes.split(",")), quick=args.quick)
-    cmd = "python tools/sampling_bench.py" + (" --quick" if args.quick else "")
+    shapes = [(int(m), int(n)) for m in args.ms.split(",") for n in args.ns.split(",")]
+    names = ("copy",) + tuple(n for n in args.providers.split(",") if n and n != "copy")
+    unknown = set(names) - set(lesson09.PROVIDERS)
+    if unknown:
+        ap.error(f"unknown providers {sorted(unknown)}: choose among {', '.join(lesson09.PROVIDERS)}")
+    rows = lesson09.sampling_rows(shapes, dtypes=tuple(args.dtypes.split(",")), names=names, quick=args.quick)
+    cmd = "python " + " ".join(["tools/sampling_bench.py"] + (argv if argv is not None else sys.argv[1:]))
     out = Path(args.out) if args.out else gpu_data.DATA_DIR / f"sampling_{gpu_tag()}.csv"
     gpu_data.write_csv(out, rows, gpu_data.provenance(cmd))
     print(f"wrote {out} ({len(rows)} rows) in {time.time() - t0:.0f} s")
