@@ -337,3 +337,19 @@ def test_sampling_bench_smoke_and_its_gpu_guard(capsys):
     assert "course_softmax_topk: ok" in out and "course_sample: ok" in out and "torch_hf_sample: ok" in out
     if not helpers.ON_GPU:
         assert bench.main([]) == 2
+
+
+def test_no_answer_on_screen_before_its_checker():
+    """No code cell above an exercise's checker holds the lines of its answer (the library's versions
+    come after the solution cells)."""
+    import json
+    from pathlib import Path
+
+    nb = json.loads((Path(__file__).resolve().parent.parent / "notebooks" / "09_vocab_sampling.ipynb").read_text())
+    code = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+    answers = {"lesson09.check_9_1(": ("exp(m_a - m)", "torch.cat([v_a, v_b])", "d_s * tl.exp(m_s - m)"),
+               "lesson09.check_9_2(": ("incl - q < top_p", "u * kept", "tl.cumsum(")}
+    for checker, lines in answers.items():
+        at = next(i for i, c in enumerate(code) if checker in c)
+        for line in lines:
+            assert not any(line in c for c in code[:at]), (checker, line)

@@ -147,20 +147,9 @@ def topk_merge_kernel(
         tl.store(out_ptr + row * k + lane, p.to(out_ptr.dtype.element_ty), mask=lane < k)
         tl.store(idx_ptr + row * k + lane, col, mask=lane < k)
     else:
-        live = lane < k
-        if RENORM:  # top-k first, then the nucleus of the renormalized top k (Hugging Face's order)
-            q = tl.where(live, tl.exp(v - tl.max(v, 0)), 0.0)
-            q = q / tl.sum(q, 0)
-        else:       # the nucleus of the whole softmax, from the candidates
-            q = tl.where(live, tl.exp(v - m) / d, 0.0)
-        incl = tl.cumsum(q, 0)
-        keep = live & (incl - q < top_p)  # the mass before a token is < top_p: the top token always stays
-        kept = tl.sum(tl.where(keep, q, 0.0), 0)
-        target = tl.load(u_ptr + row) * kept
-        n_keep = tl.sum(keep.to(tl.int32), 0)
-        pos = tl.minimum(tl.sum((keep & (incl <= target)).to(tl.int32), 0), n_keep - 1)
-        tl.store(idx_ptr + row, tl.sum(tl.where(lane == pos, col, 0), 0))
-        tl.store(out_ptr + row, tl.sum(q, 0))  # the candidates' mass: they hold the nucleus if it is >= top_p
+        chosen, mass = sample_step(v, col, m, d, k, top_p, tl.load(u_ptr + row), K, RENORM)
+        tl.store(idx_ptr + row, chosen)
+        tl.store(out_ptr + row, mass)  # the candidates' mass: they hold the nucleus if it is >= top_p
 
 
 def topk_plan(n_rows, n_cols, K, target_programs=None):
@@ -221,6 +210,24 @@ def softmax_topk(x, k):
         topk_merge_kernel[(M,)](values, indices, md, keys, md, plan["slices"], k, 1.0,
                                 K=K, SLICES=plan["slices_p2"], MODE=0, RENORM=True, SORT=SORT)
     return values.reshape(shape), indices.reshape(shape)
+
+
+@triton.jit
+def sample_step(v, col, m, d, k, top_p, u, K: tl.constexpr, RENORM: tl.constexpr):
+    # One column drawn from K candidates (logits v in descending order, their columns col) at the uniform u.
+    lane = tl.arange(0, K)
+    live = lane < k
+    if RENORM:  # top-k first, then the nucleus of the renormalized top k (Hugging Face's order)
+        q = tl.where(live, tl.exp(v - tl.max(v, 0)), 0.0)
+        q = q / tl.sum(q, 0)
+    else:       # the nucleus of the whole softmax, from the candidates and the row's (m, d)
+        q = tl.where(live, tl.exp(v - m) / d, 0.0)
+    incl = tl.cumsum(q, 0)
+    keep = live & (incl - q < top_p)  # the mass before a token is < top_p: the top token always stays
+    kept = tl.sum(tl.where(keep, q, 0.0), 0)
+    n_keep = tl.sum(keep.to(tl.int32), 0)
+    pos = tl.minimum(tl.sum((keep & (incl <= u * kept)).to(tl.int32), 0), n_keep - 1)
+    return tl.sum(tl.where(lane == pos, col, 0), 0), tl.sum(q, 0)
 
 
 def sample_torch(rows, temperature, top_k, top_p, u):
