@@ -197,3 +197,34 @@ def test_numpy_integers_and_reals_are_accepted():
     ids = sample(x, temperature=np.float32(0.5), top_k=np.int32(4), top_p=np.float64(0.9),
                  generator=torch.Generator(device=DEVICE).manual_seed(0))
     assert (x.topk(4).indices == ids[:, None]).any(-1).all()
+
+
+class _LaunchSpy:
+    """Stands in for a kernel: records the K of each launch, then launches the real kernel."""
+
+    def __init__(self, kernel, seen):
+        self.kernel, self.seen = kernel, seen
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.seen.append(kwargs["K"])
+            return self.kernel[grid](*args, **kwargs)
+        return launch
+
+
+def test_no_launch_asks_tl_topk_for_fewer_than_two_lanes(monkeypatch):
+    """Triton 3.6's compiled tl.topk fails for k = 1 ('dtype' object has no attribute 'numel'), which the
+    interpreter does not show: every launch, greedy and Gumbel-max included, keeps K >= 2 lanes."""
+    seen = []
+    for name in ("topk_slice_kernel", "topk_merge_kernel"):
+        monkeypatch.setattr(sampling, name, _LaunchSpy(getattr(sampling, name), seen))
+    x = _rand(2, 300, seed=17)
+    gen = torch.Generator(device=DEVICE).manual_seed(0)
+    _check(x, 1)
+    _check(x, 2)
+    sample(x, temperature=0)
+    sample(x, generator=gen)
+    sample(x, top_k=1, generator=gen)
+    sample(x, top_p=0.01, generator=gen)
+    assert len(seen) == 12 and min(seen) >= 2
+    assert [sampling.candidate_lanes(k) for k in (1, 2, 3, 50, 1024)] == [2, 2, 4, 64, 1024]

@@ -164,6 +164,11 @@ def topk_plan(n_rows, n_cols, K, target_programs=None):
             "slices_p2": triton.next_power_of_2(slices), "warps": 8 if block >= 2048 else 4}
 
 
+def candidate_lanes(k):
+    """K, the lanes that hold k candidates: a power of two, at least 2 (Triton's compiled tl.topk fails for 1)."""
+    return max(2, triton.next_power_of_2(k))
+
+
 def _rows(x, name):
     check_tensor(x, name, kernel=True)
     if x.dtype == torch.float64:
@@ -205,7 +210,7 @@ def softmax_topk(x, k):
     values = torch.empty((M, k), dtype=x.dtype, device=x.device)
     indices = torch.empty((M, k), dtype=torch.int64, device=x.device)
     if M > 0:
-        K = triton.next_power_of_2(k)
+        K = candidate_lanes(k)
         md, keys, plan = _slices(rows, K)
         topk_merge_kernel[(M,)](values, indices, md, keys, md, plan["slices"], k, 1.0,
                                 K=K, SLICES=plan["slices_p2"], MODE=0, RENORM=True, SORT=SORT)
@@ -266,17 +271,18 @@ def sample(logits, *, temperature=1.0, top_k=None, top_p=None, generator=None):
     ids = torch.empty((M,), dtype=torch.int64, device=dev)
     if top_k is None and top_p is None:  # the whole vocabulary: Gumbel-max, a top 1 of perturbed logits
         seed = torch.randint(0, 2**31 - 1, (1,), generator=generator, device=dev, dtype=torch.int32)
-        md, keys, plan = _slices(rows, 1, 1.0 / temperature, seed=seed)
+        K = candidate_lanes(1)
+        md, keys, plan = _slices(rows, K, 1.0 / temperature, seed=seed)
         p_top = torch.empty((M,), dtype=torch.float32, device=dev)  # the winner's perturbed "probability": unused
         topk_merge_kernel[(M,)](p_top, ids, md, keys, md, plan["slices"], 1, 1.0,
-                                K=1, SLICES=plan["slices_p2"], MODE=0, RENORM=True, SORT=SORT)
+                                K=K, SLICES=plan["slices_p2"], MODE=0, RENORM=True, SORT=SORT)
         return ids.reshape(shape)
     u = torch.rand((M,), generator=generator, device=dev, dtype=torch.float32)
     k = top_k if top_k is not None else min(TOP_P_BOUND, n)
     p = 1.0 if top_p is None else top_p
     if k > MAX_K:
         return sample_torch(rows, temperature, top_k, p, u).reshape(shape)
-    K = triton.next_power_of_2(k)
+    K = candidate_lanes(k)
     md, keys, plan = _slices(rows, K, 1.0 / temperature)
     mass = torch.empty((M,), dtype=torch.float32, device=dev)
     topk_merge_kernel[(M,)](mass, ids, md, keys, u, plan["slices"], k, p,
