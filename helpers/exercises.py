@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import _thread
 import math
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -273,26 +274,11 @@ def call_attempt(fn, *args, timeout: float | None = None):
     return got
 
 
-# --------------------------------------------------------------------------------------------
-# Running a learner's kernel safely
-# --------------------------------------------------------------------------------------------
-#
-# A kernel that forgets a mask or uses a wrong stride reads or writes outside its tensors; one whose
-# loop never ends never returns. In the notebook's own process the first can kill the process (a
-# segfault under the interpreter), poison its CUDA context (on a GPU: every later CUDA call fails)
-# or silently corrupt memory, the second hangs the notebook. So ``run_learner_kernel`` runs the
-# kernel in a child worker process (``helpers.sandbox``): a crash, a CUDA error or a time-out costs
-# the worker, not the notebook, and is reported as "wrong" with a hint.
-# The checkers see out-of-bounds accesses by their effect:
-# - every buffer a checker makes with ``guarded`` sits inside a larger allocation filled with a
-#   sentinel (guard regions), and with ``row_stride`` its rows are separated by NaN padding: a write
-#   just outside lands in a guard or the padding (``guards_intact``), a read past a row's end reads
-#   NaN, which reaches the output;
-# - in the worker every storage sits between two slack regions of 0xFF bytes (NaN in every float
-#   type): a write there is reported, a read there reads NaN;
-# - an access farther away crashes the worker (interpreter) or makes the GPU fault.
-
-import numpy as np  # noqa: E402
+# Running a learner's kernel safely: in a child worker process (``helpers.sandbox``; why, in
+# docs/CONVENTIONS.md). Checkers see out-of-bounds accesses by their effect: a ``guarded`` buffer sits
+# between guard regions (and with ``row_stride`` its rows between NaN padding), so a write just outside
+# is seen by ``guards_intact`` and a read past a row's end puts NaN into the output; an access farther
+# away crashes the worker or makes the GPU fault.
 
 GUARD = 1024  # elements of guard region on each side of a buffer
 
@@ -314,23 +300,17 @@ def guarded(shape, dtype=torch.float32, device=None, fill=float("nan"), guard: i
     from .mode import DEVICE
 
     shape = tuple(int(s) for s in shape)
-    n = int(np.prod(shape)) if len(shape) else 1
-    if row_stride is None:
-        base = torch.empty(n + 2 * guard, dtype=dtype, device=device or DEVICE)
-        base.fill_(_sentinel(dtype))
-        t = base[guard:guard + n].view(shape)
-        t.fill_(fill)
-        return t
-    if len(shape) != 2 or row_stride < shape[1]:
+    if row_stride is not None and (len(shape) != 2 or row_stride < shape[1]):
         raise ValueError(f"guarded: row_stride needs a 2-D shape and row_stride >= the row length, got shape {shape}, "
                          f"row_stride {row_stride}")
-    span = shape[0] * row_stride
-    base = torch.empty(span + 2 * guard, dtype=dtype, device=device or DEVICE)
-    base.fill_(_sentinel(dtype))
-    base[guard:guard + span].fill_(_pad(dtype))
-    t = torch.as_strided(base, shape, (row_stride, 1), guard)
-    t.fill_(fill)
-    return t
+    span = math.prod(shape) if row_stride is None else shape[0] * row_stride
+    base = torch.full((span + 2 * guard,), _sentinel(dtype), dtype=dtype, device=device or DEVICE)
+    if row_stride is None:
+        t = base[guard:guard + span].view(shape)
+    else:
+        base[guard:guard + span].fill_(_pad(dtype))
+        t = torch.as_strided(base, shape, (row_stride, 1), guard)
+    return t.fill_(fill)
 
 
 def _sentinel(dtype) -> float:
@@ -389,9 +369,8 @@ def run_learner_kernel(kernel, grid, *args, outputs=(), timeout: float | None = 
         raise Wrong(f"your kernel crashed the process that ran it{sig}: most likely an access far outside its "
                     f"tensors: {OUT_OF_BOUNDS_HINT}") from None
     except sandbox.KernelCudaError as e:
-        msg = " ".join(str(e).split())[:120]
-        raise Wrong(f"your kernel made the GPU fault ({msg}): most likely an access outside its tensors: "
-                    f"{OUT_OF_BOUNDS_HINT}") from None
+        raise Wrong(f"your kernel made the GPU fault ({first_sentence(str(e))}): most likely an access outside "
+                    f"its tensors: {OUT_OF_BOUNDS_HINT}") from None
     except sandbox.KernelWroteOutside:
         raise Wrong(f"your kernel wrote outside the memory of the tensors it was given: {OUT_OF_BOUNDS_HINT}"
                     ) from None
@@ -401,10 +380,17 @@ def run_learner_kernel(kernel, grid, *args, outputs=(), timeout: float | None = 
                         "does tl.store have mask=... for the padding lanes?")
 
 
+def first_sentence(message: str) -> str:
+    """The first sentence of an error message, without the links and advice that follow it (PyTorch's
+    "CUDA error: an illegal memory access was encountered\nSearch for `cudaErrorIllegalAddress' in
+    https://..." gives "CUDA error: an illegal memory access was encountered")."""
+    line = next((ln.strip() for ln in message.splitlines() if ln.strip()), "")
+    line = re.split(r"(?<=[.!?])\s|\s+(?:Search for|See) |\s*\S*https?://", line)[0]
+    return line.rstrip(". ") or "no message"
+
+
 def is_untouched(kernel) -> bool:
     """True if a learner's kernel still holds its template's ``raise NotImplementedError``."""
-    import re
-
     from .show import source_of
 
     try:

@@ -1,23 +1,12 @@
-"""Run a learner's Triton kernel in a child worker process, so that nothing it does can take the
-notebook down.
+"""Run a learner's Triton kernel in a child worker process, so that nothing it does (a segfault, a
+GPU fault that poisons the CUDA context, an endless loop) can take the notebook down: why, in
+docs/CONVENTIONS.md.
 
-A kernel that forgets a mask or uses a wrong stride reads or writes outside its tensors. Run in the
-notebook's own process, that access can kill the process (a segfault under Triton's interpreter on
-the CPU), poison its CUDA context for good (an illegal-address error on a GPU: every later CUDA call
-of the notebook fails), or never end (a loop whose condition never changes). In a child process the
-worst case is a dead or killed child: the parent reports "wrong" with a hint and starts a new one.
-
-The parent (``run``) sends the kernel as source text (with the values its code names, and the
-other ``@triton.jit`` functions it calls, recursively) and every tensor argument as the bytes of
-its whole underlying storage (so guard regions and row padding travel with it); the worker
-(``python -m helpers.sandbox``) rebuilds the tensors on the same device, each storage between two
-slack regions of 0xFF bytes (NaN in every float type: a read past a tensor's allocation reads NaN,
-a write there is seen), launches ``kernel[grid](*args, **kwargs)``, synchronizes and sends every
-storage back; the parent copies them into its tensors. No private Triton API is used.
-
-Frames on the pipes: 8-byte little-endian length, then a pickle. The worker moves its stdout to
-stderr first, so nothing the kernel prints can corrupt the protocol (what it prints during a launch
-is captured and printed by the parent).
+The parent (``run``) sends the kernel as source (with the values its code names and the
+``@triton.jit`` functions it calls) and the whole storage of every tensor argument; the worker
+(``python -m helpers.sandbox``) puts each storage between two slack regions of 0xFF bytes (NaN in
+every float type), launches ``kernel[grid](*args, **kwargs)`` and sends the storages back. Frames on
+the pipes: an 8-byte little-endian length, then a pickle. Only Triton's public API is used.
 """
 
 from __future__ import annotations
@@ -60,11 +49,11 @@ class KernelCrashed(Exception):
     """The worker process died while running the kernel (``signal_name``: e.g. SIGSEGV)."""
 
     def __init__(self, returncode):
-        self.returncode = returncode
+        self.returncode, self.signal_name = returncode, None
         try:
             self.signal_name = signal.Signals(-returncode).name if returncode and returncode < 0 else None
         except ValueError:
-            self.signal_name = None
+            pass
         super().__init__(f"the worker died ({self.signal_name or f'exit status {returncode}'})")
 
 
@@ -85,13 +74,10 @@ class KernelWroteOutside(Exception):
 
 
 class LearnerKernelError(Exception):
-    """Stands for an exception of the learner's kernel that could not be sent back as itself: same
-    type name and message."""
+    """An exception of the learner's kernel that could not be sent back as itself (same type name)."""
 
 
-# --------------------------------------------------------------------------------------------
 # Frames
-# --------------------------------------------------------------------------------------------
 
 
 def _send(f, obj) -> None:
@@ -117,9 +103,7 @@ def _recv(f):
     return pickle.loads(_read_exact(f, n))
 
 
-# --------------------------------------------------------------------------------------------
 # Parent: describe a kernel and its arguments
-# --------------------------------------------------------------------------------------------
 
 
 def _python_fn(k):
@@ -138,19 +122,11 @@ def is_jit_function(v) -> bool:
 def _names_in(src: str) -> list[str]:
     """The free names a function's source reads (decorators included): not its arguments, nor the
     names it assigns."""
-    tree = ast.parse(src)
-    local = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.arg):
-            local.add(node.arg)
-        elif isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
-            local.add(node.id)
-    seen = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in local \
-                and node.id not in seen:
-            seen.append(node.id)
-    return seen
+    nodes = list(ast.walk(ast.parse(src)))
+    local = {n.arg for n in nodes if isinstance(n, ast.arg)}
+    local |= {n.id for n in nodes if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+    loads = [n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
+    return [name for name in dict.fromkeys(loads) if name not in local]
 
 
 def _importable(k, fn) -> tuple[str, str] | None:
@@ -178,22 +154,14 @@ def kernel_spec(k, _depth: int = 0):
     if len(top) != 1 or not isinstance(top[0], ast.FunctionDef) or top[0].name != fn.__name__:
         raise SandboxError(f"the source of the kernel {fn.__name__!r} changed since it was defined: run the cell "
                            "(or reload the module) that defines it again")
-    closure = {}
-    if fn.__closure__:
-        closure = dict(zip(fn.__code__.co_freevars, (c.cell_contents for c in fn.__closure__)))
+    scope = dict(fn.__globals__)
+    scope.update(zip(fn.__code__.co_freevars, (c.cell_contents for c in fn.__closure__ or ())))
     env = {}
     for name in _names_in(src):
-        if name == fn.__name__:
-            continue
-        if name in closure:
-            value = closure[name]
-        elif name in fn.__globals__:
-            value = fn.__globals__[name]
-        else:
-            continue  # a builtin, a local or an argument
-        spec = _value_spec(value, _depth)
-        if spec is not None:
-            env[name] = spec
+        if name != fn.__name__ and name in scope:  # else a builtin
+            spec = _value_spec(scope[name], _depth)
+            if spec is not None:
+                env[name] = spec
     return ("source", fn.__name__, src, env)
 
 
@@ -202,21 +170,13 @@ def _value_spec(value, depth):
         return ("module", value.__name__)
     if is_jit_function(value):
         return ("kernel", kernel_spec(value, depth + 1))
-    if inspect.isfunction(value) or inspect.isclass(value):
-        where = getattr(value, "__module__", "") or ""
-        if where.split(".")[0] in ("__main__",) or where.startswith("__"):
-            return None
+    if (inspect.isfunction(value) or inspect.isclass(value)) and (value.__module__ or "").startswith("__"):
+        return None  # defined in the notebook: not importable in the worker
     try:
         data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:
         return None
     return ("value", data) if len(data) <= (1 << 20) else None
-
-
-def _storage_u8(t):
-    import torch
-
-    return torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())
 
 
 class _Packer:
@@ -233,7 +193,7 @@ class _Packer:
             key = (str(v.device), st.data_ptr(), st.nbytes())
             if key not in self.keys:
                 self.keys[key] = len(self.u8)
-                u8 = _storage_u8(v)
+                u8 = torch.empty(0, dtype=torch.uint8, device=v.device).set_(st)
                 self.u8.append(u8)
                 self.data.append(u8.detach().cpu().numpy().tobytes())
             return ("tensor", self.keys[key], v.storage_offset(), tuple(v.shape), tuple(v.stride()), v.dtype,
@@ -246,17 +206,11 @@ class _Packer:
             raise SandboxError(f"cannot send a kernel argument of type {type(v).__name__} to the worker ({e})") from None
 
 
-def _arg_names(kernel) -> list[str]:
-    names = getattr(kernel, "arg_names", None)
-    if names:
-        return list(names)
-    return list(inspect.signature(_python_fn(kernel)).parameters)
-
-
 def static_grid(kernel, grid, args, kwargs) -> tuple:
     """``grid`` as a tuple of ints (a callable grid gets a dict of the bound arguments, as Triton does)."""
     if callable(grid):
-        meta = dict(zip(_arg_names(kernel), args))
+        names = getattr(kernel, "arg_names", None) or inspect.signature(_python_fn(kernel)).parameters
+        meta = dict(zip(names, args))
         meta.update(kwargs)
         grid = grid(meta)
     if not isinstance(grid, (tuple, list)):
@@ -264,9 +218,7 @@ def static_grid(kernel, grid, args, kwargs) -> tuple:
     return tuple(int(g) for g in grid)
 
 
-# --------------------------------------------------------------------------------------------
 # Parent: the worker
-# --------------------------------------------------------------------------------------------
 
 
 class _Worker:
@@ -295,13 +247,10 @@ class _Worker:
             self.proc.kill()
         try:
             self.proc.wait(10)
+            self.proc.stdin.close()
+            self.proc.stdout.close()
         except Exception:
             pass
-        for f in (self.proc.stdin, self.proc.stdout):
-            try:
-                f.close()
-            except Exception:
-                pass
 
     def _reply(self, limit):
         box = {}
@@ -323,14 +272,13 @@ class _Worker:
             self.kill()
             reader.join(10)
             raise KernelTimeout(limit)
-        if "error" in box:
+        if "error" in box:  # the pipe closed: the worker died (its exit status says how)
             try:
-                rc = self.proc.wait(10)
+                self.proc.wait(10)
             except subprocess.TimeoutExpired:
-                self.kill()
-                rc = self.proc.returncode
+                pass
             self.kill()
-            raise KernelCrashed(rc)
+            raise KernelCrashed(self.proc.returncode)
         return box["reply"]
 
     def request(self, msg, limit):
@@ -350,9 +298,7 @@ def worker() -> _Worker:
     """The worker, started on first use (a few seconds: it imports torch and Triton)."""
     global _worker
     if _worker is None or not _worker.alive():
-        if _worker is not None:
-            _worker.kill()
-        _worker = None
+        restart()
         _worker = _Worker()
     return _worker
 
@@ -405,33 +351,25 @@ def run(kernel, grid, args, kwargs, timeout: float | None = None) -> float:
     # kind == "error": the learner's exception
     if err["not_implemented"]:
         raise NotImplementedError
-    exc = None
-    if err["pickled"] is not None:
-        try:
-            exc = pickle.loads(err["pickled"])
-        except Exception:
-            exc = None
+    try:
+        exc = pickle.loads(err["pickled"])
+    except Exception:
+        exc = None
     if not isinstance(exc, BaseException):
-        exc = _error_type(err["type"], err["module"])(err["message"])
+        key = (err["module"], err["type"])
+        if key not in _ERROR_TYPES:
+            _ERROR_TYPES[key] = type(err["type"], (LearnerKernelError,), {"__module__": err["module"]})
+        exc = _ERROR_TYPES[key](err["message"])
     raise exc
 
 
 _ERROR_TYPES: dict = {}
 
 
-def _error_type(name: str, module: str):
-    key = (module, name)
-    if key not in _ERROR_TYPES:
-        _ERROR_TYPES[key] = type(name, (LearnerKernelError,), {"__module__": module})
-    return _ERROR_TYPES[key]
-
-
-# --------------------------------------------------------------------------------------------
 # Worker
-# --------------------------------------------------------------------------------------------
 
 
-def _build(spec, cache):
+def _build(spec):
     """The kernel of ``spec``, in the worker."""
     import importlib
 
@@ -449,7 +387,7 @@ def _build(spec, cache):
             if gspec[0] == "module":
                 ns[gname] = importlib.import_module(gspec[1])
             elif gspec[0] == "kernel":
-                ns[gname] = _build(gspec[1], cache)
+                ns[gname] = _build(gspec[1])
             else:
                 ns[gname] = pickle.loads(gspec[1])
         except Exception:
@@ -478,36 +416,36 @@ def _unpack(v, bufs):
     return pickle.loads(v[1])
 
 
-def _devices(v, found):
+def _tensors(v):
+    """The packed tensors (``("tensor", storage index, ..., device)``) in a packed argument."""
     if v[0] == "tensor":
-        found.add(v[6])
+        yield v
     elif v[0] == "seq":
         for u in v[2]:
-            _devices(u, found)
-    return found
+            yield from _tensors(u)
+
+
+def _chain(e) -> list:
+    """``e`` and the exceptions it was raised from (8 at most)."""
+    chain = []
+    while e is not None and len(chain) < 8:
+        chain.append(e)
+        e = e.__cause__ or e.__context__
+    return chain
 
 
 def _cuda_failed(e) -> bool:
-    chain, seen = [], 0
-    while e is not None and seen < 8:
-        chain.append(e)
-        e, seen = e.__cause__ or e.__context__, seen + 1
-    return any(type(c).__name__ == "AcceleratorError" or "CUDA" in str(c) for c in chain)
+    return any(type(c).__name__ == "AcceleratorError" or "CUDA" in str(c) for c in _chain(e))
 
 
 def _error(e) -> dict:
-    chain, c = [], e
-    while c is not None and len(chain) < 8:
-        chain.append(c)
-        c = c.__cause__ or c.__context__
-    pickled = None
     try:
         pickled = pickle.dumps(e)
         pickle.loads(pickled)
     except Exception:
         pickled = None
     return {"type": type(e).__name__, "module": type(e).__module__, "message": str(e), "pickled": pickled,
-            "not_implemented": any(isinstance(c, NotImplementedError) for c in chain)
+            "not_implemented": any(isinstance(c, NotImplementedError) for c in _chain(e))
             or "NotImplementedError" in str(e)}
 
 
@@ -515,20 +453,18 @@ _KERNELS: dict = {}
 _FF = b"\xff" * SLACK
 
 
-def _handle(msg, out_fd: int):
+def _handle(msg):
     import torch
 
     _, spec, grid, args, kwargs, storages = msg
-    devices = set()
+    dev_of = {}  # every storage, on the device of its first tensor
     for v in list(args) + list(kwargs.values()):
-        _devices(v, devices)
-    on_cuda = any(d.startswith("cuda") for d in devices)
+        for t in _tensors(v):
+            dev_of.setdefault(t[1], t[6])
+    cuda = sorted(d for d in dev_of.values() if d.startswith("cuda"))
+    on_cuda = bool(cuda)
     if on_cuda:  # Triton launches on the current device: the tensors' own
-        torch.cuda.set_device(torch.device(sorted(d for d in devices if d.startswith("cuda"))[0]))
-    # every storage, by the device its first tensor is on
-    dev_of = {}
-    for v in list(args) + list(kwargs.values()):
-        _storage_devices(v, dev_of)
+        torch.cuda.set_device(torch.device(cuda[0]))
     bufs = []
     for i, data in enumerate(storages):
         raw = bytearray(_FF) + bytearray(data) + bytearray(_FF)
@@ -544,7 +480,7 @@ def _handle(msg, out_fd: int):
         key = hashlib.sha1(pickle.dumps(spec, protocol=pickle.HIGHEST_PROTOCOL)).hexdigest()
         kernel = _KERNELS.get(key)
         if kernel is None:  # built once per distinct kernel (on a GPU, compiled once per signature)
-            kernel = _KERNELS[key] = _build(spec, {})
+            kernel = _KERNELS[key] = _build(spec)
         kernel[grid](*a, **kw)
         if on_cuda:
             torch.cuda.synchronize()
@@ -567,8 +503,7 @@ def _handle(msg, out_fd: int):
     captured.close()
     if kind == "cuda-error":
         return ("cuda-error", None, out, err)
-    back = []
-    outside = []
+    back, outside = [], []
     for i, b in enumerate(bufs):
         h = b.cpu().numpy()
         n = len(storages[i])
@@ -578,14 +513,6 @@ def _handle(msg, out_fd: int):
     if kind == "ok" and outside:
         return ("wrote-outside", back, out, "your kernel wrote outside the memory of the tensors it was given")
     return (kind, back, out, err)
-
-
-def _storage_devices(v, dev_of):
-    if v[0] == "tensor":
-        dev_of.setdefault(v[1], v[6])
-    elif v[0] == "seq":
-        for u in v[2]:
-            _storage_devices(u, dev_of)
 
 
 def _exit_with_parent(parent: int) -> None:
@@ -621,10 +548,7 @@ def main() -> None:
             msg = _recv(proto_in)
         except EOFError:
             return
-        if msg[0] == "ping":
-            _send(proto_out, ("ok", None, "", None))
-            continue
-        _send(proto_out, _handle(msg, 1))
+        _send(proto_out, _handle(msg))
 
 
 if __name__ == "__main__":

@@ -311,6 +311,30 @@ def test_a_function_that_returns_in_time_is_not_interrupted_later():
 # Learner kernels run in a child worker process (helpers.sandbox)
 # ------------------------------------------------------------------------------------------
 
+# What PyTorch says when a kernel makes the GPU fault (the worker's error text; the GPU run in
+# figures/data/oob_gpu_demo_h100.csv showed the hint cut off in the middle of its URL).
+CUDA_FAULT = ("CUDA error: an illegal memory access was encountered\nSearch for `cudaErrorIllegalAddress' in "
+              "https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html for more information.\n"
+              "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below "
+              "might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1\n"
+              "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n")
+
+
+@pytest.mark.parametrize("message", [CUDA_FAULT, " ".join(CUDA_FAULT.split()),
+                                     "CUDA error: an illegal memory access was encountered. See https://x.org/a"])
+def test_a_gpu_fault_hint_keeps_the_errors_first_sentence_and_no_url(monkeypatch, message):
+    from helpers import sandbox as sb
+
+    def faulting_run(*args, **kwargs):
+        raise sb.KernelCudaError(message)
+
+    monkeypatch.setattr(sb, "run", faulting_run)
+    with pytest.raises(Wrong) as info:
+        ex.run_learner_kernel(lambda: None, (1,))
+    assert str(info.value) == ("your kernel made the GPU fault (CUDA error: an illegal memory access was encountered): "
+                               "most likely an access outside its tensors: check the masks and the strides")
+
+
 triton = pytest.importorskip("triton")
 import triton.language as tl  # noqa: E402
 
