@@ -127,14 +127,23 @@ def test_limits_numbers(limits_ok):
     r = f32.loc[131072]
     quotes(cell, f"keeps {r.n_regs} registers, spills {r.n_spills} and runs at {r.graph_frac:.2f}", "{}")
     quotes(cell, f"bfloat16: {bf16.graph_frac[65536]:.2f}, then {bf16.graph_frac.min():.2f}", "{}")
-    # the steps the prose names are far larger than a single round can blur
+    # the steps the prose names are far larger than the rounds' spread (test_limits_spreads_are_small_and_quoted)
     assert last.graph_frac - first.graph_frac > 0.25 and first.graph_frac - r.graph_frac > 0.25
 
 
-def test_limits_is_said_to_be_single_round():
-    limits = data.load("fused_limits")
-    single = "graph_spread" not in limits
-    assert single == ("timed once, in a single round" in prose(L))
+def test_limits_spreads_are_small_and_quoted():
+    """Cell 43: three rounds a cell, the largest spread quoted, and no cell noisy (nothing starred)."""
+    import inspect
+
+    from helpers import lesson03
+
+    limits = data.load("fused_limits").query("status == 'ok'")
+    assert inspect.signature(lesson03.limits_rows).parameters["rounds"].default == 3
+    assert not (data.noisy(limits.graph_spread) | data.noisy(limits.spread)).any()
+    cell = cell_with(L, "Two ends of the table need explaining")
+    quotes(cell, f"median of three rounds, and no cell's rounds spread by more than "
+                 f"{limits[['graph_spread', 'spread']].max().max():.1%}", "{}")
+    assert "timed once" not in prose(L) and "single round" not in prose(L)
 
 
 def test_short_rows(limits_ok):
