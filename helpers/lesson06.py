@@ -12,7 +12,7 @@ import triton
 from . import data, plots
 from .exercises import Wrong, call_attempt, check, fmt, guarded, launch_learner_kernel
 from .kernels import softmax_online, softmax_split, softmax_split_coop, softmax_split_coop_kernel, softmax_split_stats_kernel
-from .measure import measure_shape, require_gpu
+from .measure import DTYPES, measure_shape, providers, require_gpu
 from .mode import DEVICE, ON_GPU
 from .reference import round_up_err
 
@@ -102,20 +102,23 @@ def predicted_frac_answer(design: str, M: int, N: int, element_size: int, l2_byt
 
 def l2_rows(shapes=tuple((M, 65536) for M in (32, 64, 128, 256, 512, 1024)), dtype_name: str = "float32") -> list[dict]:
     """Copy, online and both split designs from 8 to 256 MiB (recorded as ``split_l2.csv``)."""
-    from .measure import DTYPES
-
     require_gpu("l2_rows")
     provs = {"online": softmax_online, "split": softmax_split, "split_coop": softmax_split_coop}
     return [r for M, N in shapes for r in measure_shape(M, N, DTYPES[dtype_name], provs, host=False)]
 
 
 def bench_rows(shapes=LONG_SHAPES + (HELD_OUT,), dtypes=("float32", "bfloat16")) -> list[dict]:
-    """The lesson's providers and the fused kernel at the long shapes, three rounds each (``make bench``'s method)."""
-    from .measure import DTYPES, providers
-
+    """The lesson's providers at the long shapes, three rounds each (``make bench``'s method), and the
+    fused kernel where the lesson shows it: float32, the benchmark's long shapes."""
     require_gpu("bench_rows")
-    provs = {k: v for k, v in providers().items() if k in PROVIDERS + ["fused"]}  # fused: n/a past 65536 columns
-    return [r for d in dtypes for M, N in shapes for r in measure_shape(M, N, DTYPES[d], provs, host=False)]
+    provs = {k: v for k, v in providers().items() if k in PROVIDERS + ["fused"]}
+    no_fused = {k: v for k, v in provs.items() if k != "fused"}
+    rows = []
+    for d in dtypes:
+        for M, N in shapes:
+            shown = provs if d == "float32" and (M, N) in LONG_SHAPES else no_fused
+            rows += measure_shape(M, N, DTYPES[d], shown, host=False)
+    return rows
 
 
 def plot_row_cut(M: int = 3, slices: int = 4):

@@ -11,6 +11,7 @@ answer or an exception "wrong".
 
 from __future__ import annotations
 
+import ast
 import itertools
 import math
 import random
@@ -977,3 +978,59 @@ def test_no_answer_on_screen_before_its_solution():
     assert at("lesson06.check_6_3(") + 1 == sol[2] and at("lesson06.predicted_frac_answer(") > sol[2]
     for i in range(at("lesson06.check_6_1("), sol[0]):  # nothing between a checker and its solution prints code
         assert "show_source" not in src[i]
+
+
+def test_bench_rows_measures_the_fused_kernel_only_where_the_lesson_shows_it(monkeypatch):
+    """The live benchmark times the lesson's providers everywhere, the fused kernel at float32's long shapes only."""
+    calls = []
+    monkeypatch.setattr(lesson06, "require_gpu", lambda what: None)
+    monkeypatch.setattr(lesson06, "measure_shape", lambda M, N, dtype, provs, host: calls.append((dtype, M, N, list(provs))) or [])
+    assert lesson06.bench_rows() == []
+    assert len(calls) == 2 * len(lesson06.LONG_SHAPES + (lesson06.HELD_OUT,))
+    for dtype, M, N, names in calls:
+        assert set(lesson06.PROVIDERS) <= set(names)
+        assert ("fused" in names) == (dtype == torch.float32 and (M, N) in lesson06.LONG_SHAPES)
+
+
+#: The first lines of the lesson's cells that load or measure data and derive from it (no kernels).
+DATA_CELLS = ("import helpers  # first", "if helpers.ON_GPU:  # your GPU, live", "bench = data.frame",
+              'limits = data.load("fused_limits")', "plans = []", "model = pd.DataFrame([", "l2 = data.frame",
+              "fits = gpu_time.index", 'ncu = data.load("ncu"', "both = two.groupby", "wb = ncu.assign",
+              "plot_l2_model(l2, l2_bytes)", "providers = lesson06.PROVIDERS", 'by_shape("frac_of_copy")',
+              "shapes = frac.drop", "fig, axes = plots.new_figure", 'recorded = data.load("device_props")',
+              "candidates = tuning", "pick = frac")
+
+
+def test_live_cells_survive_a_missing_provider(monkeypatch, capsys):
+    """On a GPU the data cells build their tables from live rows: a provider the GPU lacks (no
+    torch.compile here) or one that failed (the cooperative kernel, NaN timings) leaves empty columns,
+    never an error."""
+    import matplotlib.pyplot as plt
+
+    from claims import code_cell_with
+    from helpers import data, measure
+
+    bench = data.load("bench", gpu="h100")
+    l2 = data.load("split_l2")
+    timings = ["ms", "graph_ms", "gbps", "graph_gbps", "frac_of_copy", "graph_frac", "spread", "graph_spread"]
+    l2.loc[l2.provider == "split_coop", timings] = math.nan
+    l2.loc[l2.provider == "split_coop", "status"] = "failed: RuntimeError: cooperative launch refused"
+    monkeypatch.setattr(helpers, "ON_GPU", True)
+    monkeypatch.setattr(measure, "device_facts", lambda: data.load("device_props").iloc[0].to_dict())
+    monkeypatch.setattr(lesson06, "bench_rows", lambda: bench[bench.provider != "torch_compile"].to_dict("records"))
+    monkeypatch.setattr(lesson06, "l2_rows", lambda: l2.to_dict("records"))
+    ns = {}
+    try:
+        for phrase in DATA_CELLS:  # as a notebook runs a cell: its last expression is displayed
+            tree = ast.parse(code_cell_with("06", phrase))
+            last = tree.body.pop() if isinstance(tree.body[-1], ast.Expr) else None
+            exec(compile(tree, phrase, "exec"), ns)
+            if last is not None:
+                print(eval(compile(ast.Expression(last.value), phrase, "eval"), ns))
+    finally:
+        plt.close("all")
+    out = capsys.readouterr().out
+    assert "this run:" in out and "DRAM peak from its clocks (GB/s)" in out
+    assert ns["frac"]["torch_compile"].isna().all() and ns["frac"]["split"].notna().all()
+    assert ns["gpu_time"]["split_coop"].isna().all() and ns["gpu_time"]["split"].notna().all()
+    assert list(ns["one_per_row"].columns) == ["fused", "online", "torch_softmax"]
