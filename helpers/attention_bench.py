@@ -5,32 +5,18 @@ the naive, materialised version.
     python -m helpers.attention_bench OUT.csv --quick                     # fp16, S = 1K and 4K only
     python -m helpers.attention_bench OUT.csv --tune                      # the kernel's tile configurations
 
-The sweep: B = 4, H = 16 (64 heads), S = Sq = Sk in 1K..16K, D in (64, 128), float16 and bfloat16,
-causal and not. Providers, all in the same run:
-- ``course``: ``helpers.attention`` (lesson 07's kernel);
-- ``sdpa``: ``torch.nn.functional.scaled_dot_product_attention`` as PyTorch picks its backend;
-- ``sdpa_cudnn``, ``sdpa_flash``, ``sdpa_efficient``: one backend each (``torch.nn.attention.sdpa_kernel``;
-  a backend that refuses the inputs is recorded as ``refused: ...``);
-- ``naive``: ``helpers.kernels.naive_attention``, the scores materialised; only for S <= 8192 and when
-  its three (S, S) matrices fit in free memory.
+The sweep: B = 4, H = 16, S = Sq = Sk in ``SEQS``, D in (64, 128), float16 and bfloat16, causal and
+not. Providers (``PROVIDERS``): ``course`` (``helpers.attention``), ``sdpa`` (PyTorch picks the
+backend), ``sdpa_cudnn``/``sdpa_flash``/``sdpa_efficient`` (one backend each; one that refuses the
+inputs is recorded as ``refused: ...``) and ``naive`` (the scores materialised; S <= 8192 and only
+when its three (S, S) matrices fit in free memory).
 
-Rules:
-- inputs are random normal, fresh per shape; every provider's output is first checked in float64 on
-  a sample (two heads, up to 128 query rows spread over the sequence, the first and last included)
-  against a float64 computation of those rows; a provider that is wrong is recorded as such and not
-  timed (``max_err`` is that check's max abs error);
-- ``ms``: eager time, ``helpers.measure.eager_ms`` (``do_bench``: host launch path included, L2
-  flushed between calls); ``graph_ms``: GPU time, ``helpers.measure.gpu_ms``
-  (``do_bench_cudagraph``); each the median of ``ROUNDS`` rounds, interleaved over the providers of
-  a shape (a slow spell of the GPU hits them all alike); ``spread`` and ``graph_spread``: (max -
-  min) / median of those rounds, as ``helpers.measure`` records them for softmax (a cell over
-  ``helpers.data.SPREAD_LIMIT`` is noisy: no conclusion rests on it);
-- ``tflops`` and ``graph_tflops`` count 4 B H S^2 D floating-point operations per call (two matrix
-  products), halved when causal;
-- ``peak_mib``: the most memory allocated during one call beyond what was allocated before it
-  (the output included, the inputs not).
-
-Each CSV starts with ``# key: value`` provenance lines (``helpers.gpu_data.provenance``).
+Every output is first checked in float64 on a sample (two heads, up to 128 query rows, the first
+and last included; ``max_err``): a wrong provider is recorded, not timed. ``ms`` and ``graph_ms``
+are ``helpers.measure``'s eager time and GPU time, each the median of ``ROUNDS`` rounds interleaved
+over the providers, ``spread``/``graph_spread`` (max - min) / median of the rounds. ``tflops`` count
+4 B H S^2 D operations per call (halved when causal); ``peak_mib`` is the most memory allocated
+during one call beyond what was allocated before it (output included, inputs not).
 """
 
 from __future__ import annotations
@@ -45,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from .gpu_data import provenance, write_csv
-from .measure import eager_ms, exit_without_gpu, gpu_ms
+from .measure import eager_ms, exit_without_gpu, gpu_ms, median, spread
 from .kernels.attention import AttentionConfig, _launcher, attention, attention_plan, naive_attention
 from .mode import ON_GPU
 
@@ -82,11 +68,6 @@ def flops(B: int, H: int, S: int, D: int, causal: bool, Sk: int | None = None) -
     return f / 2 if causal else f
 
 
-# --------------------------------------------------------------------------------------------
-# Providers
-# --------------------------------------------------------------------------------------------
-
-
 def _sdpa_backend(name: str):
     from torch.nn.attention import SDPBackend
 
@@ -112,11 +93,6 @@ def provider_fn(name: str, q, k, v, causal: bool):
                 return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
         return fn
     raise ValueError(f"unknown provider {name!r}; choose from {PROVIDERS}")
-
-
-# --------------------------------------------------------------------------------------------
-# The float64 check on a sample
-# --------------------------------------------------------------------------------------------
 
 
 def sample_rows(S: int, n: int = SAMPLE_ROWS) -> torch.Tensor:
@@ -146,28 +122,12 @@ def max_error(out, ref, heads, rows) -> float:
     return float("nan") if torch.isnan(err).any() else float(err.max())
 
 
-# --------------------------------------------------------------------------------------------
-# Timing and memory
-# --------------------------------------------------------------------------------------------
-
-
 def gpu_timer(rep: int = REP):
     """One round of a function's timing: (eager ms, graph ms), helpers.measure's two timers."""
 
     def timer(fn):
         return eager_ms(fn, rep=rep), gpu_ms(fn, rep=rep)
     return timer
-
-
-def median(values) -> float:
-    """The middle of the rounds (the upper middle for an even count, as helpers.measure)."""
-    v = sorted(values)
-    return v[len(v) // 2]
-
-
-def spread(values) -> float:
-    """(max - min) / median of the rounds: 0 for a single round."""
-    return (max(values) - min(values)) / median(values) if len(values) > 1 else 0.0
 
 
 def gpu_peak_mib(fn) -> float:
@@ -187,11 +147,6 @@ def _free_bytes(device) -> int:
         return 2**62
     free, _ = torch.cuda.mem_get_info(device)
     return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
-
-
-# --------------------------------------------------------------------------------------------
-# One shape, every provider
-# --------------------------------------------------------------------------------------------
 
 
 def _row(dtype_name, B, H, S, D, causal, provider, **kw) -> dict:
@@ -321,10 +276,6 @@ def live_rows(rounds: int = 3) -> list[dict]:
     return sweep(seqs=(1024, 4096), dtypes=("float16",), providers=("course", "sdpa", "naive"), rounds=rounds)
 
 
-# --------------------------------------------------------------------------------------------
-# The kernel's tile configurations
-# --------------------------------------------------------------------------------------------
-
 TUNE_CONFIGS = tuple(AttentionConfig(*c) for c in (
     (64, 32, 4, 3), (64, 64, 4, 3), (64, 64, 4, 4), (128, 32, 4, 3), (128, 64, 4, 3), (128, 64, 4, 4),
     (128, 64, 8, 3), (128, 128, 8, 2), (128, 128, 8, 3), (128, 32, 8, 4),
@@ -384,11 +335,6 @@ def best_configs(rows: list[dict]) -> dict:
         if key not in best or r["graph_tflops"] > best[key]["graph_tflops"]:
             best[key] = r
     return best
-
-
-# --------------------------------------------------------------------------------------------
-# Command line
-# --------------------------------------------------------------------------------------------
 
 
 def main(argv=None) -> int:

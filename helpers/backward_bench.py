@@ -2,30 +2,15 @@
 
     python -m helpers.backward_bench figures/data/backward_h100.csv     # three timing rounds per shape: a few minutes on an H100
 
-Shapes: M = 4096 rows, N = 1024 ... 32768 columns (the powers of two, and 12672), in float32 and
-bfloat16. y is a real softmax output (of a random normal x) and dy is random normal. Providers:
-
-- ``copy``: ``out.copy_(y)``, the ceiling (it moves 2MN elements);
-- ``course``: ``helpers.softmax_backward(y, dy)`` (lesson 08);
-- ``course_looped``: the two-pass looped kernel on the same rows (``softmax_backward_looped``), to
-  show what reading y and dy a second time costs while rows would fit on chip;
-- ``torch_backward``: ``torch._softmax_backward_data(dy, y, -1, y.dtype)``, what autograd runs for
-  ``torch.softmax``;
-- ``torch_naive_backward``: the formula as PyTorch ops, ``y * (dy - (y * dy).sum(-1, keepdim=True))``.
-
-Every provider is checked against the float64 formula before it is timed; one that is wrong (or
-fails) at a shape is reported in ``status`` and not timed. Each is then timed three ways, in
-``ROUNDS`` rounds interleaved over the providers (medians kept; ``spread`` and ``graph_spread`` are
-(max - min) / median of the rounds of ``ms`` and ``graph_ms``):
-
-- ``ms``: ``triton.testing.do_bench`` median (eager: launches included; L2 flushed between calls);
-- ``graph_ms``: ``triton.testing.do_bench_cudagraph`` median (GPU time alone, from a CUDA graph,
-  which also shows each provider can be captured);
-- ``host_us``: host time of one call, best of 3 loops of 200 calls with no sync inside.
-
-``frac_of_copy = 1.5 * t_copy / t`` (and ``graph_frac`` the same with graph times): the backward
-moves 3MN elements (reads y and dy, writes dx), the copy 2MN, so 1.0 means the backward moves its
-bytes as fast as the copy moves its own. The copy's own rows say 1.0.
+M = 4096 rows, N in ``NS``, float32 and bfloat16; y is the softmax of a random normal x, dy random
+normal. Providers: ``copy`` (``out.copy_(y)``, the ceiling: 2MN elements), ``course``
+(``helpers.softmax_backward``), ``course_looped`` (the two-pass looped kernel: what reading y and
+dy twice costs), ``torch_backward`` (``torch._softmax_backward_data``, what autograd runs) and
+``torch_naive_backward`` (the formula as PyTorch ops). Each is checked against float64 first (a
+wrong or failing one is reported in ``status``, not timed), then timed as ``helpers.measure`` times
+softmax (``ms``, ``graph_ms``, ``host_us``; ``ROUNDS`` interleaved rounds, medians kept, ``spread``
+and ``graph_spread`` of the rounds). ``frac_of_copy = 1.5 * t_copy / t`` (``graph_frac`` the same in
+GPU time): the backward moves 3MN elements, so 1.0 means it moves its bytes as fast as the copy.
 """
 
 from __future__ import annotations
@@ -38,13 +23,12 @@ from pathlib import Path
 from typing import Callable
 
 import torch
-import triton
 
 from .gpu_data import provenance, write_csv
 from . import measure as _measure  # (`measure` below is this module's own function)
-from .measure import warm_up_gpu
+from .measure import exit_without_gpu, median, spread, warm_up_gpu
 from .kernels.backward import softmax_backward, softmax_backward_looped
-from .mode import DEVICE, ON_GPU
+from .mode import DEVICE
 
 M_ROWS = 4096
 NS = (1024, 2048, 4096, 8192, 12672, 16384, 32768)
@@ -85,13 +69,6 @@ def _sync() -> None:
         torch.cuda.synchronize()
 
 
-def _sync_quietly() -> None:
-    try:
-        _sync()
-    except Exception:
-        pass
-
-
 def eager_ms(fn) -> float:
     return _measure.eager_ms(fn, rep=100)
 
@@ -105,11 +82,6 @@ def host_us(fn) -> float:
 
 
 GPU_TIMERS = {"ms": eager_ms, "graph_ms": graph_ms, "host_us": host_us}
-
-
-def _status(e: BaseException) -> str:
-    msg = (str(e).strip().splitlines() or [type(e).__name__])[0][:120].replace(",", ";")
-    return f"failed: {type(e).__name__}: {msg}"
 
 
 def inputs(M: int, N: int, dtype, device=None, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -150,7 +122,7 @@ def measure(M: int, N: int, dtype, provs: dict | None = None, *, timers: dict | 
                 ok[name] = fn
             del got
         except Exception as e:  # report, never hide: the CSV says which provider failed where, and why
-            row.update(max_err=float("nan"), status=_status(e))
+            row.update(max_err=float("nan"), status=_measure.failed(e))
         rows[name] = row
     times = {name: {key: [] for key in timers} for name in ok}
     for _ in range(rounds):
@@ -163,14 +135,17 @@ def measure(M: int, N: int, dtype, provs: dict | None = None, *, timers: dict | 
                     times[name][key].append(timer(call))
                 except Exception as e:  # e.g. a capture that fails: keep the other timings and say why
                     rows[name][key] = float("nan")
-                    rows[name]["status"] = f"{key} {_status(e)}"
-                    _sync_quietly()
+                    rows[name]["status"] = f"{key} {_measure.failed(e)}"
+                    try:
+                        _sync()
+                    except Exception:
+                        pass
     for name, by_key in times.items():
         for key, v in by_key.items():
             if key not in rows[name] and v:
-                rows[name][key] = sorted(v)[len(v) // 2]
+                rows[name][key] = median(v)
                 if key in ("ms", "graph_ms"):
-                    rows[name]["spread" if key == "ms" else "graph_spread"] = (max(v) - min(v)) / rows[name][key]
+                    rows[name]["spread" if key == "ms" else "graph_spread"] = spread(v)
     t_copy = rows.get("copy", {})
     for name, row in rows.items():
         for key in ("ms", "graph_ms", "host_us", "spread", "graph_spread"):
@@ -184,11 +159,7 @@ def measure(M: int, N: int, dtype, provs: dict | None = None, *, timers: dict | 
     del y, dy, ref, out
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-    return [{k: _round(rows[name][k]) for k in COLUMNS} for name in rows]
-
-
-def _round(v):
-    return round(v, 6) if isinstance(v, float) and math.isfinite(v) else v
+    return _measure.rounded([{k: rows[name][k] for k in COLUMNS} for name in rows])
 
 
 def sweep(ns=NS, dtypes=("float32", "bfloat16"), M: int = M_ROWS, log=None) -> list[dict]:
@@ -224,11 +195,7 @@ def main(argv=None) -> int:
     ap.add_argument("--dtypes", default="float32,bfloat16")
     ap.add_argument("--ns", default=",".join(map(str, NS)), help="row lengths, comma-separated")
     args = ap.parse_args(argv)
-    if not ON_GPU:
-        print("the softmax backward benchmark needs an NVIDIA GPU, and this machine has none (kernels would "
-              "run in Triton's interpreter, which says nothing about speed). Run it on a GPU machine; the "
-              "recorded results go to figures/data/backward.csv.", file=sys.stderr)
-        return 2
+    exit_without_gpu("the softmax backward benchmark", "figures/data/backward_<gpu>.csv")
     t0 = time.time()
     log = lambda s: print(s, file=sys.stderr, flush=True)
     rows = sweep(ns=tuple(int(n) for n in args.ns.split(",")), dtypes=tuple(args.dtypes.split(",")), log=log)

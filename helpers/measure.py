@@ -153,11 +153,15 @@ def providers(course: bool = True, peers: bool = True) -> dict:
     return p
 
 
-def _failure(e: BaseException) -> str:
+def failed(e: BaseException) -> str:
+    """A CSV's ``status`` for an exception: 'failed: Type: its first line' (no commas)."""
     msg = (str(e).strip().splitlines() or [type(e).__name__])[0][:120].replace(",", ";")
-    if "keeps a whole row" in msg or "cannot hold" in msg:
-        return "n/a: row longer than the kernel's single block"
     return f"failed: {type(e).__name__}: {msg}"
+
+
+def _failure(e: BaseException) -> str:
+    status = failed(e)
+    return "n/a: row longer than the kernel's single block" if "keeps a whole row" in status or "cannot hold" in status else status
 
 
 def measure_shape(M: int, N: int, dtype, provs: dict, *, seed: int = 0, rounds: int = 3, quick: bool = False,
@@ -199,14 +203,12 @@ def measure_shape(M: int, N: int, dtype, provs: dict, *, seed: int = 0, rounds: 
             except Exception as e:  # a provider that cannot be captured in a CUDA graph
                 rows[name]["status"] = f"ok (no CUDA graph: {type(e).__name__})"
                 graph[name].append(float("nan"))
-    med = lambda v: sorted(v)[len(v) // 2]
-    spread = lambda v: (max(v) - min(v)) / med(v) if all(math.isfinite(t) for t in v) else float("nan")
     out_rows = []
     for name, row in rows.items():
         if name in fns:
-            ms, gms = med(eager[name]), med(graph[name])
+            ms, gms = median(eager[name]), median(graph[name])
             row.update(ms=ms, graph_ms=gms, gbps=nbytes / ms / 1e6, graph_gbps=nbytes / gms / 1e6,
-                       frac_of_copy=med(eager["copy"]) / ms, graph_frac=med(graph["copy"]) / gms,
+                       frac_of_copy=median(eager["copy"]) / ms, graph_frac=median(graph["copy"]) / gms,
                        spread=spread(eager[name]), graph_spread=spread(graph[name]),
                        host_us=host_us(lambda fn=fns[name]: fn(x)) if host else float("nan"))
         else:
@@ -216,6 +218,17 @@ def measure_shape(M: int, N: int, dtype, provs: dict, *, seed: int = 0, rounds: 
     del x, y, ref
     torch.cuda.empty_cache()
     return out_rows
+
+
+def median(values) -> float:
+    """The middle of the rounds (the upper middle for an even count)."""
+    v = sorted(values)
+    return v[len(v) // 2]
+
+
+def spread(values) -> float:
+    """(max - min) / median of the rounds: 0 for a single round, NaN when one is not finite."""
+    return (max(values) - min(values)) / median(values) if all(math.isfinite(t) for t in values) else float("nan")
 
 
 def rounded(rows: list[dict], digits: int = 6) -> list[dict]:
