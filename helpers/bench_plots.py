@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import math
 
-from .gpu_data import bench, read_csv
-from .plots import COLORS, LABELS as _LABELS, new_figure, save
+from .gpu_data import bench
+from .plots import COLORS, LABELS as _LABELS, new_figure
 
 #: Providers drawn, in legend order (labels as in every figure of the course).
 LABELS = {p: _LABELS[p] for p in ("copy", "torch_naive", "torch_softmax", "torch_compile", "triton_tutorial", "liger",
@@ -73,11 +73,6 @@ def plot_long_rows(rows=None, meta=None, providers=None):
         ax.set_title(f"{d}: few, long rows")
     axes[-1].legend(fontsize=8, loc="upper right")
     return fig
-
-
-def save_bench_plots(path=None) -> list:
-    rows, meta = read_csv(path) if path else bench()
-    return [save(plot_bandwidth_vs_n(rows, meta), "bench_bandwidth"), save(plot_long_rows(rows, meta), "bench_long_rows")]
 
 
 FIGURES = {"bench_bandwidth": plot_bandwidth_vs_n, "bench_long_rows": plot_long_rows}

@@ -5,8 +5,6 @@ Each error says what was wrong and what to do about it. Nothing here modifies it
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from .mode import DEVICE, MODE
@@ -45,16 +43,3 @@ def check_tensor(x, name: str = "x", *, kernel: bool = False) -> None:
             )
         raise ValueError(f"{name} is on device '{x.device}', but the kernels run on '{DEVICE}': {fix}.")
 
-
-def as_rows(x: torch.Tensor) -> torch.Tensor:
-    """View ``x`` as a 2-D (rows, columns) tensor over its last dimension, without copying
-    when the leading dimensions can be merged; strides are kept (the kernels honour them)."""
-    n = x.shape[-1]
-    if x.dim() == 2:
-        return x
-    rows = math.prod(x.shape[:-1])  # explicit, so zero-length rows (n == 0) work too
-    try:
-        return x.view(rows, n)
-    except RuntimeError:
-        # Leading dimensions that cannot be merged into one stride: copy them into rows.
-        return x.reshape(rows, n)

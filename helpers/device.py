@@ -81,7 +81,7 @@ def gpu_props(device=None) -> dict:
     if not ON_GPU:
         raise RuntimeError(
             "gpu_props() needs a GPU, and this run uses Triton's interpreter on the CPU: "
-            "use helpers.gpu_data.recorded_props() for the recorded values of a real GPU."
+            "use helpers.gpu_data.device_props(live=False) for the recorded values of a real GPU."
         )
     index = torch.cuda.current_device() if device is None else torch.device("cuda", device).index or 0
     if index not in _PROPS:

@@ -180,32 +180,12 @@ def sweep_agreement(current: list[dict], earlier: list[dict], changed=("softmax"
 #: A cell whose rounds differ by more than this (max - min over the median) carries no conclusion:
 #: the lessons star it and leave it out of what they conclude.
 SPREAD_LIMIT = 0.10
-#: A measured row's spreads over rounds, and the timing each belongs to.
-SPREAD_KEYS = (("graph_spread", "GPU time"), ("spread", "eager"))
-
-
-def noisy(spread) -> bool:
-    """True for a spread over rounds above ``SPREAD_LIMIT`` (not for a missing value or NaN)."""
-    return isinstance(spread, (int, float)) and spread == spread and spread > SPREAD_LIMIT
-
-
-def noisy_timings(row: dict | None) -> list[tuple[str, float]]:
-    """(timing, spread) for each timing of a measured row ('GPU time', 'eager') whose rounds spread
-    over ``SPREAD_LIMIT``; none for a missing row."""
-    return [(what, row[key]) for key, what in SPREAD_KEYS if row is not None and noisy(row.get(key))]
 
 
 def ok(row: dict, key: str = "graph_frac") -> bool:
     """A measured row whose ``key`` is a finite number."""
     v = row.get(key)
     return str(row.get("status", "ok")).startswith("ok") and isinstance(v, (int, float)) and math.isfinite(v)
-
-
-def series(rows: list[dict], provider: str, dtype: str, key: str = "graph_gbps", M: int | None = None):
-    """(Ns, values) of one provider and dtype, sorted by N (rows where ``key`` was measured)."""
-    pts = sorted((r["N"], r[key]) for r in rows
-                 if r["provider"] == provider and r["dtype"] == dtype and ok(r, key) and (M is None or r["M"] == M))
-    return [p[0] for p in pts], [p[1] for p in pts]
 
 
 def device_props(live: bool | None = None) -> tuple[dict, dict]:
@@ -218,9 +198,3 @@ def device_props(live: bool | None = None) -> tuple[dict, dict]:
     rows, meta = read_csv("device_props")
     return rows[0], meta
 
-
-def recorded_props() -> dict:
-    """The device limits recorded on a real GPU (figures/data/device_props.csv), in the form
-    ``helpers.occupancy()`` takes, plus ``provenance``."""
-    rows, meta = read_csv("device_props")
-    return {**rows[0], "provenance": provenance_line(meta)}
