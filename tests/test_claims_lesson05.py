@@ -181,7 +181,7 @@ def against_peers(rows):
 
 
 def test_peers_at_m_4096(bench):
-    text = cell_with(L, "At $M = 4096$, `helpers.softmax` is ahead at the shortest rows")
+    text = cell_with(L, "at $M = 4096$, `helpers.softmax` is ahead at the shortest rows")
     f32 = against_peers(bench.query("dtype == 'float32' and group == 'M=4096'")).droplevel("M")
     b16 = against_peers(bench.query("dtype == 'bfloat16' and group == 'M=4096'")).droplevel("M")
     quotes(text, f"{f32.ratio[256]:.2f} times the best peer in float32 and {b16.ratio[256]:.2f} in bfloat16")
@@ -196,7 +196,7 @@ def test_peers_at_m_4096(bench):
 
 
 def test_peers_on_held_out_shapes(bench):
-    text = cell_with(L, "On these shapes `helpers.softmax` is behind Liger-Kernel")
+    text = cell_with(L, "`helpers.softmax` is behind Liger-Kernel at three of five")
     worst = {}
     for d in ("float32", "bfloat16"):
         cmp = against_peers(bench.query("dtype == @d and group == 'held-out'"))

@@ -500,3 +500,66 @@ def test_no_answer_on_screen_above_its_checker():
     for k, answer in answers.items():
         shown = [i for i, c in enumerate(cells[:checker_at[k]]) if c["cell_type"] == "code" and answer in text(c)]
         assert not shown, (k, shown)
+
+
+# --------------------------------------------------------------------------------------------
+# The comparison cells on what a GPU measures: final_rows' shapes, one round, some peers missing
+# --------------------------------------------------------------------------------------------
+
+
+def _live_bench(missing):
+    """What ``lesson05.live(lesson05.final_rows)`` returns on a GPU where ``missing`` are not installed."""
+    import inspect
+
+    import pandas as pd
+
+    defaults = inspect.signature(lesson05.final_rows).parameters
+    shapes, dtypes = defaults["shapes"].default, defaults["dtypes"].default
+    rec = data.load("bench", gpu="h100")
+    at_shapes = pd.Series([s in shapes for s in zip(rec.M, rec.N)], index=rec.index)
+    rows = rec[at_shapes & rec.dtype.isin(dtypes) & ~rec.provider.isin(missing)]
+    assert set(zip(rows.M, rows.N)) == set(shapes)
+    return data.frame(rows.to_dict("records"), {**rec.attrs["provenance"], "command": "helpers.lesson05.final_rows()"})
+
+
+def _run_cell(source: str, ns: dict) -> None:
+    """Run a notebook cell as Jupyter does: a last bare expression is displayed (rendered to text)."""
+    import ast
+
+    tree = ast.parse(source)
+    last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+    exec(compile(tree, "<cell>", "exec"), ns)
+    if last is not None:
+        ns["display"](eval(compile(ast.Expression(last.value), "<cell>", "eval"), ns))
+
+
+@pytest.mark.parametrize("missing", [("liger",), ("liger", "triton_tutorial"), ("liger", "torch_compile")])
+def test_comparison_cells_run_on_a_live_frame_without_some_peers(missing, monkeypatch, capsys):
+    """Liger-Kernel (or another peer) may be missing on a learner's GPU: every cell from the live benchmark
+    to the host table runs on final_rows' shapes without it, and says which providers it did not measure."""
+    import re
+
+    import pandas as pd
+    from helpers import plots
+
+    cells = ["".join(c["source"]) for c in _notebook()["cells"] if c["cell_type"] == "code"]
+    start = next(i for i, s in enumerate(cells) if "lesson05.live(lesson05.final_rows)" in s)
+    end = next(i for i, s in enumerate(cells) if "bound = gpu_us < host" in s)
+    uses_bench = re.compile(r"\b(bench|fractions|against_peers|long)\b(?!\")")  # the live frame, not data.load("bench")
+    live = {lesson05.final_rows: _live_bench(missing)}
+    monkeypatch.setattr(helpers, "ON_GPU", True)
+    monkeypatch.setattr(lesson05, "live", lambda fn, *a, **k: live[fn].copy())
+    shown = []
+    ns = {"helpers": helpers, "lesson05": lesson05, "data": data, "plots": plots, "pd": pd, "re": re,
+          "sms": RECORDED["sm_count"], "display": lambda t: shown.append(repr(t))}
+    try:
+        for source in cells[start:end + 1]:
+            if uses_bench.search(source):
+                _run_cell(source, ns)
+    finally:
+        matplotlib.pyplot.close("all")
+    out = capsys.readouterr().out
+    assert "not measured here: " + ", ".join(p for p in ns["providers"] if p in missing) in out, out
+    assert ns["order"] and not set(missing) & set(ns["order"]) and not set(missing) & set(ns["hosts"])
+    assert len(shown) >= 8 and not any(m in t for t in shown for m in missing)
+    assert set(ns["cmp"]["best peer"]) <= set(ns["peers"])
