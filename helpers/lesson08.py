@@ -1,8 +1,7 @@
 """Lesson 08 · The backward pass, and softmax as a PyTorch op.
 
 What the lesson need not show: the live bandwidth measurement (``backward_rows``; the full sweep is
-``python -m helpers.backward_bench``), its figure, the op demos' glue and the checkers of 8.1 to 8.3.
-"""
+``python -m helpers.backward_bench``), its figure, the op demos' glue and the checkers of 8.1 to 8.3."""
 
 from __future__ import annotations
 
@@ -10,22 +9,29 @@ import torch
 import triton
 
 from . import data, plots
+from .kernels import softmax
 from .exercises import Wrong, call_attempt, check, guarded, guards_intact, is_untouched, launch_learner_kernel
 from .mode import ON_GPU
 from .reference import round_up_err
 
-# --------------------------------------------------------------------------------------------
-# Bandwidth: measured live on a GPU, drawn from a DataFrame
-# --------------------------------------------------------------------------------------------
+# --- Bandwidth: measured live on a GPU, drawn from a DataFrame
+
+#: The live cell's row lengths: copies from L2 (1024; 2048 in bf16), from DRAM, and the H100's slow fp32 copy.
+LIVE_NS = (1024, 2048, 8192, 32768)
 
 
-def backward_rows(ns=(1024, 4096, 32768), dtypes=("float32", "bfloat16")) -> list[dict]:
-    """The benchmark's rows for a few row lengths, measured now on this GPU (``backward_bench``'s method)."""
+def backward_rows(ns=LIVE_NS, dtypes=("float32", "bfloat16"), M: int = 4096) -> list[dict]:
+    """The benchmark's rows for a few row lengths, measured now on this GPU (``backward_bench``'s
+    checks and rounds, GPU time only)."""
     if not ON_GPU:
         raise RuntimeError("backward_rows measures on a GPU, and this run has none: data.load('backward', gpu='h100').")
-    from . import backward_bench
+    from . import backward_bench as bench
 
-    return backward_bench.sweep(ns=ns, dtypes=dtypes)
+    bench.warm_up_gpu()
+    timers = {"graph_ms": bench.graph_ms}
+    rows = [r for d in dtypes for n in ns for r in bench.measure(M, n, bench.DTYPES[d], timers=timers)]
+    unmeasured = ("ms", "frac_of_copy", "host_us", "spread")  # eager and host times: the recording has them
+    return [{k: v for k, v in r.items() if k not in unmeasured} for r in rows]
 
 
 LABELS = {"copy": "copy (the ceiling)", "course": "helpers.softmax_backward (08)", "course_looped": "looped backward (08)",
@@ -45,11 +51,9 @@ def plot_backward(bench, value: str = "graph_frac"):
             ax.plot(table.index, table[p], "--" if p == "copy" else "o-", color=COLORS[p], ms=4,
                     lw=2 if p == "course" else 1.4, label=LABELS[p])
         ax.set_xscale("log", base=2)
-        ax.set_xticks(list(table.index))
-        ax.set_xticklabels([f"{n // 1024}K" if n % 1024 == 0 else f"{n / 1024:.1f}K" for n in table.index], fontsize=8, rotation=45, ha="right")
         ax.minorticks_off()
-        ax.set_ylim(0, 1.35)
-        ax.set_xlabel("N (columns per row)")
+        ax.set(xticks=list(table.index), ylim=(0, 1.35), xlabel="N (columns per row)")
+        ax.set_xticklabels([f"{n // 1024}K" if n % 1024 == 0 else f"{n / 1024:.1f}K" for n in table.index], fontsize=8, rotation=45, ha="right")
         ax.set_title(f"{dtype}, M = {int(bench.M.iloc[0])}", fontsize=10)
     axes[0].set_ylabel("fraction of copy (GPU time)")
     fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=3, frameon=False, fontsize=8)
@@ -61,20 +65,11 @@ def plot_backward(bench, value: str = "graph_frac"):
 FIGURES = {"08_backward": lambda: plot_backward(data.load("backward", gpu="h100"))}
 
 
-# --------------------------------------------------------------------------------------------
-# The op at work
-# --------------------------------------------------------------------------------------------
-
-
-def _softmax_public(x):
-    from .kernels import softmax
-
-    return softmax(x)
-
+# --- The op at work
 
 def compiled_graphs(fn, *args):
-    """Compile ``fn`` with ``fullgraph=True`` through AOTAutograd, keeping the forward and backward
-    graphs it produces (no code generation: the graphs run as they are). Returns (result, graphs)."""
+    """Compile ``fn`` (fullgraph) through AOTAutograd, keeping its forward and backward graphs, which run
+    as they are (no code generation); run it and its backward on ``args``. Returns (result, graphs)."""
     from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
 
@@ -90,7 +85,7 @@ def compiled_graphs(fn, *args):
     compiled = torch.compile(fn, fullgraph=True, backend=aot_autograd(fw_compiler=keep("forward"), bw_compiler=keep("backward")))
     out = compiled(*args)
     if out.requires_grad:
-        out.sum().backward() if out.dim() else out.backward()
+        out.sum().backward()
     return out, graphs
 
 
@@ -106,15 +101,14 @@ def cuda_graph_demo() -> float | None:
     with torch.cuda.stream(s):  # warm up: plans are made and kernels compiled before capture
         for _ in range(3):
             x.grad = None
-            (_softmax_public(x) * w).sum().backward()
+            (softmax(x) * w).sum().backward()
     torch.cuda.current_stream().wait_stream(s)
     graph = torch.cuda.CUDAGraph()
     x.grad = None
     with torch.cuda.graph(graph):
-        (_softmax_public(x) * w).sum().backward()
+        (softmax(x) * w).sum().backward()
     grad = x.grad
-    with torch.no_grad():
-        x.copy_(torch.randn_like(x))
+    x.detach().copy_(torch.randn_like(x))  # new data in the captured input
     graph.replay()
     torch.cuda.synchronize()
     x2 = x.detach().clone().requires_grad_()
@@ -122,16 +116,12 @@ def cuda_graph_demo() -> float | None:
     return (grad - x2.grad).abs().max().item()
 
 
-# --------------------------------------------------------------------------------------------
-# Exercises 8.1 (log-softmax's backward) and 8.3 (cross-entropy's gradient): functions
-# --------------------------------------------------------------------------------------------
-
+# --- Exercises 8.1 (log-softmax's backward) and 8.3 (cross-entropy's gradient): functions
 
 def _where_worst(got, want) -> str:
     """Where the largest error is, and what belongs there (the learner's value is not repeated)."""
     diff = (got - want).abs().reshape(-1, want.shape[-1])
-    i = int(diff.argmax())
-    r, c = divmod(i, want.shape[-1])
+    r, c = divmod(int(diff.argmax()), want.shape[-1])
     return (f"largest error {diff.max().item():.1e}, at row {r}, column {c}, where the answer is "
             f"{want.reshape(-1, want.shape[-1])[r, c].item():.6g}")
 
@@ -155,11 +145,9 @@ def _compare(fn, args, want, hints: dict, where: str, atol: float) -> float:
         raise Wrong(f"{where} you returned shape {tuple(got.shape)}, expected {tuple(want.shape)} (one value per "
                     f"input element; keep the summed dimension: .sum(-1, keepdim=True))")
     got = got.detach().to(torch.float64).cpu()
-    if not torch.isfinite(got).all():
-        for hint, cand in hints.items():
-            if cand is None:
-                raise Wrong(f"{where} your result has NaN or inf: {hint}")
-        raise Wrong(f"{where} your result has NaN or inf")
+    if not torch.isfinite(got).all():  # a hint without a candidate (None) names what gives NaN or inf
+        hint = next((f": {h}" for h, cand in hints.items() if cand is None), "")
+        raise Wrong(f"{where} your result has NaN or inf{hint}")
     err = (got - want).abs().max().item()
     if err > atol:
         for hint, cand in hints.items():
@@ -210,8 +198,7 @@ def cross_entropy_grad_answer(logits: torch.Tensor, target: torch.Tensor) -> tor
     return (p - torch.nn.functional.one_hot(target, logits.shape[-1]).to(p.dtype)) / logits.shape[0]
 
 
-#: (M, N, spread, shift) of the logits: plain rows; rows around 200; rows spread over hundreds, where
-#: exp overflows in float32 unless each row is shifted by its own maximum.
+#: (M, N, spread, shift) of the logits: plain rows; around 200; spread over hundreds (exp overflows in fp32 unshifted).
 CASES_8_3 = ((4, 5, 1.0, 0.0), (3, 7, 2.0, 0.0), (2, 6, 1.0, 200.0), (3, 6, 80.0, 0.0))
 
 
@@ -241,9 +228,7 @@ def check_8_3(cross_entropy_grad) -> None:
     check("8.3", "the gradient of cross-entropy", cross_entropy_grad, _trial_8_3)
 
 
-# --------------------------------------------------------------------------------------------
-# Exercise 8.2: a backward kernel for short rows, three tensors with their own row strides
-# --------------------------------------------------------------------------------------------
+# --- Exercise 8.2: a backward kernel for short rows, three tensors with their own row strides
 
 #: (M, N, BLOCK_M): a partial last tile with padded columns; exact tiles; one tile larger than the input.
 CASES_8_2 = ((5, 37, 2), (4, 8, 2), (3, 20, 4))
@@ -251,9 +236,8 @@ UNWRITTEN = 12345.0  # what dx holds before the kernel runs
 
 
 def _launch_8_2(kernel, M, N, bm, strides, args=None, seed=82):
-    """Run the learner's kernel once on (y, dy, dx) whose rows are ``strides`` apart (None: rows
-    n_cols apart, no padding; the padding after each row holds NaN), passing it the row strides
-    ``args`` (default: the true ones). Returns what a verdict needs."""
+    """Run the learner's kernel once on (y, dy, dx) whose rows are ``strides`` apart (None: n_cols, no padding;
+    padding holds NaN), passing it the row strides ``args`` (default: the true ones). Returns what a verdict needs."""
     g = torch.Generator().manual_seed(seed)
     y0 = torch.softmax(torch.randn(M, N, generator=g, dtype=torch.float64) * 2, -1).float()
     dy0 = torch.randn(M, N, generator=g) + 0.5
@@ -264,8 +248,7 @@ def _launch_8_2(kernel, M, N, bm, strides, args=None, seed=82):
     bn = triton.next_power_of_2(N)
     where = f"on a {M} x {N} input with BLOCK_M = {bm}, BLOCK_N = {bn}:"
     args = args or (y.stride(0), dy.stride(0), dx.stride(0))
-    launch_learner_kernel(kernel, (triton.cdiv(M, bm),), dx, y, dy, *args, M, N,
-                          BLOCK_M=bm, BLOCK_N=bn, where=where)
+    launch_learner_kernel(kernel, (triton.cdiv(M, bm),), dx, y, dy, *args, M, N, BLOCK_M=bm, BLOCK_N=bn, where=where)
     y64, dy64 = y0.double(), dy0.double()
     want = y64 * (dy64 - (y64 * dy64).sum(-1, keepdim=True))
     got = dx.detach().cpu().double()
@@ -282,19 +265,19 @@ def _diagnose_8_2(kernel, M, N, bm, r) -> str:
     if not r["inputs_kept"]:
         return "your kernel changed y or dy: store into dx_ptr only"
     S = N + 4
-    if _right(_launch_8_2(kernel, M, N, bm, (S, S, S))):  # right when all rows are one stride apart
+    same = _launch_8_2(kernel, M, N, bm, (S, S, S))
+    if _right(same):  # right when all rows are one stride apart
         for i, name in enumerate(("y", "dy", "dx")):  # a stride argument whose value changes nothing is unused
-            lie = [S, S, S]
-            lie[i] = S + 3
+            lie = [S + 3 if j == i else S for j in range(3)]
             if _right(_launch_8_2(kernel, M, N, bm, (S, S, S), args=lie)):
                 verb = "written" if name == "dx" else "read"
                 return (f"{name} is {verb} with another tensor's row stride: each tensor has its own, so {name}'s rows "
                         f"start at rows[:, None] * {name}_row_stride")
         return "y, dy and dx each have their own row stride here: use y_row_stride, dy_row_stride and dx_row_stride"
-    if _right(_launch_8_2(kernel, M, N, bm, (None, None, None))):  # right only when rows are n_cols apart
+    dense = _launch_8_2(kernel, M, N, bm, (None, None, None))
+    if _right(dense):  # right only when rows are n_cols apart
         return ("your kernel is right only when rows are n_cols apart: here they are further apart, so offsets are "
                 "rows[:, None] * y_row_stride + cols[None, :] (dy_row_stride and dx_row_stride for the others)")
-    same, dense = _launch_8_2(kernel, M, N, bm, (S, S, S)), _launch_8_2(kernel, M, N, bm, (None, None, None))
     if not (same["intact"] and dense["intact"]):
         return ("a store wrote outside dx's rows (past a row's last column, or rows past n_rows in the last tile): "
                 "tl.store needs mask=(rows[:, None] < n_rows) & (cols[None, :] < n_cols)")
@@ -343,6 +326,5 @@ def _trial_8_2(kernel) -> str:
 
 
 def check_8_2(backward_tile_kernel) -> None:
-    """Exercise 8.2: a Triton kernel for dx = y * (dy - sum(y * dy)), BLOCK_M rows per program, each
-    tensor read or written through its own row stride."""
+    """Exercise 8.2: a Triton kernel for dx = y * (dy - sum(y * dy)), BLOCK_M rows per program, own row strides."""
     check("8.2", "a backward kernel for short rows", backward_tile_kernel, _trial_8_2)

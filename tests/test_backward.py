@@ -419,12 +419,14 @@ def test_bench_without_a_gpu_says_so(tmp_path):
     assert r.returncode == 2 and "needs an NVIDIA GPU" in r.stderr and not out.exists()
 
 
-def test_the_recording_is_not_faked():
-    """figures/data/backward.csv comes from a GPU run or does not exist."""
-    p = gpu_data.DATA_DIR / "backward.csv"
-    if p.exists():
+def test_the_recordings_are_not_faked():
+    """figures/data/backward_<gpu>.csv come from GPU runs of the benchmark, with a spread for every timing."""
+    paths = sorted(gpu_data.DATA_DIR.glob("backward*.csv"))
+    assert {p.name for p in paths} >= {"backward_h100.csv", "backward_h200.csv"}
+    for p in paths:
         rows, meta = gpu_data.read_csv(p)
-        assert "helpers.backward_bench" in meta.get("command", "") and "CPU" not in meta.get("gpu", "CPU")
+        assert "helpers.backward_bench" in meta.get("command", "") and "CPU" not in meta.get("gpu", "CPU"), p.name
+        assert rows and all(r["status"] == "ok" and math.isfinite(float(r["graph_spread"])) for r in rows), p.name
 
 
 def test_bench_gpu_timers_reach_helpers_measure(monkeypatch):

@@ -111,6 +111,24 @@ def test_live_rows_need_a_gpu():
         lesson08.backward_rows()
 
 
+def test_live_rows_time_the_gpu_only_in_the_benchmarks_rounds(monkeypatch):
+    """backward_rows with the GPU faked: every provider checked by the benchmark, then timed by its GPU
+    timer only, in its rounds; the rows keep the columns the lesson shows, with no empty (eager, host) ones."""
+    from helpers import backward_bench
+
+    calls = []
+    monkeypatch.setattr(lesson08, "ON_GPU", True)
+    monkeypatch.setattr(backward_bench, "warm_up_gpu", lambda: None)
+    monkeypatch.setattr(backward_bench, "graph_ms", lambda fn: calls.append(fn) or 2.0)
+    bench = data.frame(lesson08.backward_rows(ns=(8, 20), dtypes=("float32",), M=3), {"gpu": "Test GPU"})
+    assert list(bench.columns) == ["dtype", "M", "N", "provider", "graph_ms", "graph_frac", "graph_spread", "max_err", "status"]
+    assert len(bench) == 2 * 5 and (bench.status == "ok").all() and bench.notna().all().all()
+    assert len(calls) == 2 * 5 * backward_bench.ROUNDS
+    assert (bench.graph_frac == bench.provider.map(lambda p: 1.0 if p == "copy" else 1.5)).all()
+    assert (bench.graph_spread == 0).all()
+    assert lesson08.LIVE_NS == (1024, 2048, 8192, 32768)  # in L2 and not, fair copies, the slow fp32 copy
+
+
 def test_cuda_graph_demo():
     err = lesson08.cuda_graph_demo()
     assert (err is None) if not helpers.ON_GPU else err < 1e-5
@@ -412,10 +430,15 @@ def test_the_notebooks_bandwidth_cells_mark_noisy_cells_and_find_the_fair_ceilin
     bench = _fake_bench()
     bench["graph_spread"] = 0.01
     bench.loc[(bench.provider == "course") & (bench.N == 16384) & (bench.dtype == "float32"), "graph_spread"] = 0.3
+    bench.loc[(bench.provider == "copy") & (bench.N == 1024) & (bench.dtype == "bfloat16"), "graph_spread"] = 0.2
     props = data.frame([dict(dram_peak_gbps=1.0, l2_bytes=50e6)], {"gpu": "Test GPU"})  # every copy beats 0.8 of it
     ns = _run_cell("frac = bench.query", dict(_notebook_names(), bench=bench))
-    shown = repr(data.show(ns["frac"], best="max", noisy=data.noisy(ns["spread"])))
-    assert shown.count("*") == 2 and "0.95*" in shown  # the cell, and the caption's note
+    noisy = ns["noisy"]
+    assert noisy.loc[("float32", 16384), "course"] and not noisy.loc[("float32", 16384)].drop("course").any()
+    assert noisy.loc[("bfloat16", 1024)].all(), "a noisy copy marks every fraction measured against it"
+    assert int(noisy.values.sum()) == 1 + len(noisy.columns)
+    shown = repr(data.show(ns["frac"], best="max", noisy=noisy))
+    assert "0.95*" in shown and "rounds spread over 10%" in shown
     ns = _run_cell("peak, l2_mb = props", dict(ns, props=props))
     copy = ns["copy"]
     assert copy.loc[("float32", 1024), "MB moved"] == pytest.approx(2 * 4096 * 1024 * 4 / 1e6)
