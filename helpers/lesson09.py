@@ -17,11 +17,8 @@ from .exercises import Wrong, call_attempt, check, fmt, guarded, is_untouched, r
 from .kernels.sampling import sample, softmax_topk, topk_keys
 from .mode import DEVICE, ON_GPU
 
-# --------------------------------------------------------------------------------------------
-# Keys, and the library's kernels against float64
-# --------------------------------------------------------------------------------------------
 
-
+# ---- Keys, and the library's kernels against float64 ----
 @triton.jit
 def _keys_probe(out_ptr, in_ptr, n, BLOCK: tl.constexpr):
     cols = tl.arange(0, BLOCK)
@@ -75,17 +72,10 @@ def topk_error(fn, x: torch.Tensor, k: int) -> float:
 
 def check_softmax_topk(fn=softmax_topk) -> bool:
     """Every case of ``topk_cases`` within its dtype's tolerance (bfloat16: the values' rounding)."""
-    ok = True
-    for _, x, k in topk_cases():
-        tol = 1e-2 if x.dtype == torch.bfloat16 else 1e-6
-        ok &= topk_error(fn, x, k) <= tol
-    return bool(ok)
+    return all(topk_error(fn, x, k) <= (1e-2 if x.dtype == torch.bfloat16 else 1e-6) for _, x, k in topk_cases())
 
 
-# --------------------------------------------------------------------------------------------
-# The draws' frequencies against the exact distribution
-# --------------------------------------------------------------------------------------------
-
+# ---- The draws' frequencies against the exact distribution ----
 VOCAB = torch.tensor([2.0, 1.6, 1.5, 1.0, 0.7, 0.3, 0.0, -0.5, -1.0, -2.0])
 SETTINGS = ({"temperature": 0.7, "top_k": 4, "top_p": 0.8}, {"top_p": 0.6}, {"temperature": 1.5}, {"top_k": 3})
 
@@ -126,11 +116,7 @@ def frequency_check(draws: int = 2000, settings=SETTINGS, seed: int = 0, fn=samp
     return pd.DataFrame(rows).set_index("setting")
 
 
-# --------------------------------------------------------------------------------------------
-# Exercise 9.1: merge two states
-# --------------------------------------------------------------------------------------------
-
-
+# ---- Exercise 9.1: merge two states ----
 def state_of(x: torch.Tensor, k: int):
     m = x.max()
     d = torch.exp(x - m).sum() if m > float("-inf") else torch.zeros((), dtype=x.dtype)
@@ -203,10 +189,7 @@ def check_9_1(merge) -> None:
     check("9.1", "merge two states", merge, _trial_9_1)
 
 
-# --------------------------------------------------------------------------------------------
-# Exercise 9.2: the sampling step, in Triton
-# --------------------------------------------------------------------------------------------
-
+# ---- Exercise 9.2: the sampling step, in Triton ----
 K_9_2 = 8
 #: (sorted logits, k, top_p, temperature): a nucleus inside a top-k, a top token above top_p, a
 #: temperature that matters, a top-k alone, a heavy tail past the top k (renormalizing matters).
@@ -291,11 +274,7 @@ def check_9_2(sample_step_kernel) -> None:
     check("9.2", "the sampling step, in Triton", sample_step_kernel, _trial_9_2)
 
 
-# --------------------------------------------------------------------------------------------
-# Live measurement (on a GPU): used by the lesson's cell and tools/sampling_bench.py
-# --------------------------------------------------------------------------------------------
-
-
+# ---- Live measurement (on a GPU): used by the lesson's cell and tools/sampling_bench.py ----
 def hf_sample(logits, temperature=0.7, top_k=50, top_p=0.9, generator=None):
     """Hugging Face's logits-processor chain: temperature, top-k, top-p by sort and cumsum, multinomial."""
     x = logits.float() / temperature
@@ -332,21 +311,22 @@ def providers(names=PROVIDERS) -> dict:
     return {n: p.get(n) for n in names if n != "copy"}
 
 
+TIMINGS = ("graph_us", "eager_us", "host_us", "graph_spread", "spread", "frac_of_one_read")
+
+
 def sampling_rows(shapes, dtypes=("float32", "bfloat16"), names=PROVIDERS, rounds: int = 3, quick: bool = False):
     """On a GPU: each provider at each (M, N) and dtype, checked (the course's top-k against float64),
     then timed: GPU time (CUDA graph), eager time, host time per call; ``rounds`` rounds with spread."""
     from . import measure
-    from .measure import DTYPES
 
     measure.require_gpu("sampling_rows")
-    eager_ms, gpu_ms, host_us = measure.eager_ms, measure.gpu_ms, measure.host_us
     provs = providers(names)
     med = lambda v: sorted(v)[len(v) // 2]
     spread = lambda v: (max(v) - min(v)) / med(v) if all(math.isfinite(t) for t in v) else float("nan")
     out = []
     for dt in dtypes:
         for M, N in shapes:
-            x = torch.randn(M, N, device=DEVICE, generator=torch.Generator(DEVICE).manual_seed(0)).mul(3).to(DTYPES[dt])
+            x = torch.randn(M, N, device=DEVICE, generator=torch.Generator(DEVICE).manual_seed(0)).mul(3).to(measure.DTYPES[dt])
             y = torch.empty_like(x)
             fns, status = {"copy": lambda: y.copy_(x)}, {"copy": "ok"}
             for name, fn in provs.items():
@@ -368,22 +348,20 @@ def sampling_rows(shapes, dtypes=("float32", "bfloat16"), names=PROVIDERS, round
             t = {n: {"graph": [], "eager": []} for n in fns}
             for _ in range(1 if quick else rounds):
                 for n, fn in fns.items():
-                    t[n]["eager"].append(eager_ms(fn, rep=20 if quick else 25))
+                    t[n]["eager"].append(measure.eager_ms(fn, rep=20 if quick else 25))
                     try:
-                        t[n]["graph"].append(gpu_ms(fn, rep=10 if quick else 15))
+                        t[n]["graph"].append(measure.gpu_ms(fn, rep=10 if quick else 15))
                     except Exception as e:
                         status[n] = f"ok (no CUDA graph: {type(e).__name__})"
                         t[n]["graph"].append(float("nan"))
             floor = med(t["copy"]["graph"]) / 2 if fns else float("nan")
             for n, st in status.items():
-                r = {"dtype": dt, "M": M, "N": N, "provider": n, "graph_us": float("nan"), "eager_us": float("nan"),
-                     "host_us": float("nan"), "graph_spread": float("nan"), "spread": float("nan"),
-                     "frac_of_one_read": float("nan"), "status": st}
+                r = {"dtype": dt, "M": M, "N": N, "provider": n, **dict.fromkeys(TIMINGS, float("nan")), "status": st}
                 if n in fns:
                     g = med(t[n]["graph"])
                     r.update(graph_us=g * 1e3, eager_us=med(t[n]["eager"]) * 1e3, graph_spread=spread(t[n]["graph"]),
                              spread=spread(t[n]["eager"]), frac_of_one_read=floor / g,
-                             host_us=host_us(fns[n], calls=20 if quick else 50))
+                             host_us=measure.host_us(fns[n], calls=20 if quick else 50))
                 out.append({k: (round(v, 4) if isinstance(v, float) and math.isfinite(v) else v) for k, v in r.items()})
             del x, y
             if ON_GPU:
