@@ -16,8 +16,7 @@ from .launch import acc_dtype
 from .measure import DTYPES, eager_ms, gpu_ms, require_gpu
 from .reference import round_up_err
 
-#: The providers of the bandwidth comparison.
-BANDWIDTH_PROVIDERS = ("copy", "torch_naive", "torch_softmax", "fused")
+BANDWIDTH_PROVIDERS = ("copy", "torch_naive", "torch_softmax", "fused")  # plot_bandwidth's lines
 
 
 def limits_rows(dtypes=("float32", "bfloat16"), total_bytes: int = 2**28, rounds: int = 3) -> list[dict]:
@@ -149,8 +148,6 @@ FIGURES = {"03_program_grid": plot_program_grid, "03_fused_bandwidth": plot_band
 
 # Exercise checkers: one line each (correct / not yet / wrong), never an exception. Learner kernels run on
 # guarded rows further apart than their length with NaN between: wrong strides, loads and stores show.
-
-
 def _differ(e: float, g: float) -> tuple[str, str]:  # two numbers with enough digits to tell them apart
     return next(((f"{e:.{d}g}", f"{g:.{d}g}") for d in (4, 6, 9) if f"{e:.{d}g}" != f"{g:.{d}g}"), (repr(e), repr(g)))
 
@@ -185,14 +182,12 @@ def check_3_1(block_and_padding) -> None:
 
 class _KernelSpy:
     """Stands in for the fused kernel in 3.2: records each launch and runs it through ``run_learner_kernel``."""
-    NAMES = ("out_ptr", "in_ptr", "in_row_stride", "in_col_stride", "out_row_stride", "n_cols", "BLOCK_SIZE")
-
     def __init__(self, kernel, outputs):
         self.kernel, self.outputs, self.launches, self.fn = kernel, outputs, [], kernel.fn
 
     def __getitem__(self, grid):
         def launch(*args, **kwargs):
-            self.launches.append((grid, {**dict(zip(self.NAMES, args)), **kwargs}))
+            self.launches.append((grid, {**dict(zip(self.kernel.arg_names, args)), **kwargs}))
             run_learner_kernel(self.kernel, grid, *args, outputs=self.outputs, **kwargs)
         return launch
 
@@ -202,7 +197,7 @@ def _dim0_hint(launch, x: torch.Tensor, out: torch.Tensor) -> str:
     (grid, a), (M, N) = launch, x.shape
     g = grid(dict(BLOCK_SIZE=a.get("BLOCK_SIZE"))) if callable(grid) else grid
     rs, cs, ors, nc, b = (a.get(k) for k in ("in_row_stride", "in_col_stride", "out_row_stride", "n_cols", "BLOCK_SIZE"))
-    for bad, hint in (
+    return next((hint for bad, hint in (
             ((rs, cs) == x.stride() and M != 1, "in_row_stride and in_col_stride are x's strides for a softmax over "
              "rows: the kernel's 'row' is now a column of x, so its row stride is x.stride(1) and its column stride "
              "x.stride(0)"),
@@ -214,10 +209,8 @@ def _dim0_hint(launch, x: torch.Tensor, out: torch.Tensor) -> str:
              f"tensor, its strides are {x.stride()}; you passed in_row_stride = {rs!r}, in_col_stride = {cs!r}"),
             (ors != out.stride(0), f"out_row_stride is the distance between out[c] and out[c + 1], out.stride(0) = "
              f"{out.stride(0)} here (rows of out can be further apart than their length); you passed {ors!r}"),
-            (isinstance(b, int) and b < M, f"BLOCK_SIZE must hold a whole column: a power of two >= {M}, you passed {b}")):
-        if bad:
-            return hint
-    return "out[c] must be the softmax of column c of x"
+            (isinstance(b, int) and b < M, f"BLOCK_SIZE must hold a whole column: a power of two >= {M}, you passed {b}"))
+                 if bad), "out[c] must be the softmax of column c of x")
 
 
 def _trial_3_2(softmax_dim0) -> str:
@@ -242,9 +235,7 @@ def _trial_3_2(softmax_dim0) -> str:
         if len(spy.launches) != 1:
             raise Wrong(f"launch the kernel once (one program per column), not {len(spy.launches)} times" if spy.launches
                         else "your function never launched the kernel it was given: call kernel[grid](...) once")
-        xin, o = spy.launches[0][1].get("in_ptr"), spy.launches[0][1].get("out_ptr")
-        if not isinstance(xin, torch.Tensor) or not isinstance(o, torch.Tensor):
-            raise Wrong("pass out and x themselves as the kernel's first two arguments (out_ptr, in_ptr)")
+        xin, o = spy.launches[0][1]["in_ptr"], spy.launches[0][1]["out_ptr"]  # tensors: the launch ran
         for bad, why in ((xin.untyped_storage().data_ptr() != x.untyped_storage().data_ptr(),
                           "the kernel read a copy of x (x.t().contiguous() or similar moves the whole tensor through "
                           "memory once more): pass x itself and let the strides do the transposing"),
@@ -315,9 +306,8 @@ def _run_3_3(kernel, data: torch.Tensor, scale: float, rs_in: int, rs_out: int, 
         torch.as_strided(x, (M, rs_in - N), (rs_in, 1), x.storage_offset() + N).fill_(pad)
     memory = torch.empty(0, dtype=x.dtype, device=x.device).set_(x.untyped_storage())
     before = memory.clone()
-    with np.errstate(all="ignore"):
-        launch_learner_kernel(kernel, (M,), out, x, rs_in, rs_out, N, scale, BLOCK_SIZE=triton.next_power_of_2(N),
-                              where=f"on a {M} x {N} input", outputs=())
+    launch_learner_kernel(kernel, (M,), out, x, rs_in, rs_out, N, scale, BLOCK_SIZE=triton.next_power_of_2(N),
+                          where=f"on a {M} x {N} input", outputs=())
     return x, out, not torch.equal(memory.view(torch.int32), before.view(torch.int32))
 
 
@@ -334,8 +324,8 @@ def _trial_3_3(kernel) -> str:
         ref, got = torch.softmax(data.double() * scale, -1), out.detach().cpu().double()
         bad_nan, bad_pad = bool(torch.isnan(got).any()), not guards_intact(out)
         err = (got - ref).abs().nan_to_num(float("inf")).max().item()
+        worst = max(worst, err)
         if not (bad_nan or bad_pad or err > 1e-5):
-            worst = max(worst, err)
             continue
         only_max = "your output has NaN on rows where only a shift by the row maximum keeps exp finite"
         hints = ((True, _stride_hint(x, out, scale)),

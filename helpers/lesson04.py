@@ -1,10 +1,6 @@
-"""Lesson 04 · Online softmax: loop over a row in blocks, with a running max and a running sum.
-
-What lives here: the online trace (exercise 4.1's answer in plain Python, so it stays out of the
-notebook above the exercise) and its figure; the rows-grow measurement (live on a GPU) and its
-figure; and the checkers of exercises 4.1 (a learner-written online kernel, run on rows built to
-catch each careless version) to 4.3. The lesson reads the recorded data with ``helpers.data``.
-"""
+"""Lesson 04 · Online softmax: the online trace (exercise 4.1's answer in plain Python, kept out of the
+notebook above the exercise) and its figure, the live ``rows_grow_rows`` and its figure, and the checkers
+of exercises 4.1 to 4.3. Tables and numbers: the notebook."""
 
 from __future__ import annotations
 
@@ -17,23 +13,19 @@ from . import data, plots
 from .exercises import Wrong, call_attempt, check, guarded, guards_intact, launch_learner_kernel
 from .kernels import softmax_fused, softmax_online, softmax_three_pass
 from .measure import DTYPES, measure_shape, require_gpu
-from .plots import label, set_n_axis
 from .reference import round_up_err
 
 NEG_INF = float("-inf")
 
-# ---- The online trace and its figure --------------------------------------------------------
-
-#: The worked example: three blocks of four whose maxima are 3, 5 and 2.
+# ---- The online trace and its figure. The worked example: three blocks of four whose maxima are 3, 5 and 2.
 TRACE_ROW = [1.0, 3.0, 0.0, 2.0, 5.0, 1.0, 4.0, 2.0, 2.0, 0.0, 1.0, -1.0]
 TRACE_BLOCK = 4
 
 
 def online_trace(x, block_size: int, rescale: bool = True) -> pd.DataFrame:
-    """The online (max, sum) pass over a 1-D ``x`` in blocks of ``block_size``, in float64: one row
-    per block with the running max before and after, the rescale factor and the running sum.
-    While everything seen is -inf there is nothing to rescale or add (the kernel does the same);
-    ``rescale=False`` shows what goes wrong without the factor."""
+    """The online (max, sum) pass over a 1-D ``x`` in blocks, in float64: one row per block with the running
+    max before and after, the rescale factor and the running sum (nothing to rescale or add while all seen
+    is -inf, as in the kernel); ``rescale=False`` shows what goes wrong without the factor."""
     x = torch.as_tensor(x).detach().cpu().to(torch.float64)
     if x.dim() != 1 or x.numel() == 0 or isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise ValueError(f"online_trace: x must be a non-empty 1-D tensor (got shape {tuple(x.shape)}) and block_size "
@@ -57,8 +49,7 @@ def online_trace(x, block_size: int, rescale: bool = True) -> pd.DataFrame:
 def plot_trace(trace: pd.DataFrame | None = None):
     """Left: the row's values by block, the block maxima and the running max. Right: the running
     sum per block, the old sum shrunk by the rescale factor plus the block's own sum."""
-    if trace is None:
-        trace = online_trace(torch.tensor(TRACE_ROW), TRACE_BLOCK)
+    trace = online_trace(torch.tensor(TRACE_ROW), TRACE_BLOCK) if trace is None else trace
     steps = trace.reset_index().to_dict("records")
     fig, (ax1, ax2) = plots.new_figure(10.5, 3.9, ncols=2)
     palette = ["#9ecae1", "#fdae6b", "#a1d99b", "#bcbddc", "#fc9272", "#c7e9c0"]
@@ -84,8 +75,7 @@ def plot_trace(trace: pd.DataFrame | None = None):
     ax1.set_ylim(min(0, min(finite)) - 0.5, max(s["m_new"] for s in steps) + 2.4)
     ax1.set_title("The running max after each block", fontsize=10)
     ax1.legend(frameon=False, fontsize=8, loc="upper left", ncols=3, columnspacing=1.0, handlelength=1.5)
-    idx = list(range(len(steps)))
-    plots.rescale_bars(ax2, idx, [s["d_old"] for s in steps], [s["alpha"] for s in steps],
+    plots.rescale_bars(ax2, list(range(len(steps))), [s["d_old"] for s in steps], [s["alpha"] for s in steps],
                        [s["block_sum"] for s in steps], [s["m_old"] == NEG_INF for s in steps], "d",
                        ticks=[f"block {s['block']}\nmax {s['block_max']:g}" for s in steps])
     ax2.set(ylabel="running sum d = Σ exp(x − m)")
@@ -94,8 +84,7 @@ def plot_trace(trace: pd.DataFrame | None = None):
     return fig
 
 
-# ---- Bandwidth as rows grow: the live measurement and its figure ---------------------------
-
+# ---- Bandwidth as rows grow: the live measurement and its figure
 ROWS_GROW_PROVIDERS = ("copy", "torch_softmax", "fused", "three_pass", "online")
 
 
@@ -107,18 +96,15 @@ def rows_grow_rows(dtype_name: str = "float32", total_bytes: int = 2**28) -> lis
     provs = {"torch_softmax": lambda x: torch.softmax(x, dim=-1), "fused": softmax_fused,
              "three_pass": softmax_three_pass, "online": softmax_online}
     rows = []
-    for k in range(10, 21):
-        N = 2**k
-        M = max(1, total_bytes // (N * dtype.itemsize))
-        rows += measure_shape(M, N, dtype, provs, quick=True, host=False)
+    for N in (2**k for k in range(10, 21)):
+        rows += measure_shape(max(1, total_bytes // (N * dtype.itemsize)), N, dtype, provs, quick=True, host=False)
     return rows
 
 
 def plot_rows_grow(grow: pd.DataFrame | None = None, dtype: str = "float32"):
     """Fraction of copy (GPU time) against N (M·N fixed) for torch.softmax, the fused kernel and the
     looped kernels, with the bounds the looped kernels' traffic sets when every pass goes to DRAM."""
-    if grow is None:
-        grow = data.load("rows_grow")
+    grow = data.load("rows_grow") if grow is None else grow
     d = grow[grow["dtype"] == dtype]
     table = d.pivot_table(index="N", columns="provider", values="graph_frac")
     ns = sorted(d["N"].unique())
@@ -132,29 +118,24 @@ def plot_rows_grow(grow: pd.DataFrame | None = None, dtype: str = "float32"):
         if p in table:
             s = table[p].dropna()
             ax.plot(s.index, s.values, "o-", color=plots.COLORS.get(p, "#777777"), ms=4,
-                    lw=2.2 if p in ("online", "fused") else 1.5, label=label(p))
+                    lw=2.2 if p in ("online", "fused") else 1.5, label=plots.label(p))
     refused = sorted(d.loc[(d["provider"] == "fused") & d["graph_frac"].isna(), "N"])
     if refused:
         ax.axvspan(refused[0] / 1.4, ns[-1] * 1.3, color="#f0f0f0", zorder=0)
         ax.text(refused[0], 1.04, "fused refuses (row too long)", fontsize=8, color="#777777")
-    set_n_axis(ax, ns, "N (columns per row; M·N fixed)")
-    ax.set_xlim(ns[0] / 1.3, ns[-1] * 1.3)
-    ax.set_ylim(0, 1.12)
-    ax.set_ylabel("fraction of copy (GPU time)")
+    plots.set_n_axis(ax, ns, "N (columns per row; M·N fixed)")
+    ax.set(xlim=(ns[0] / 1.3, ns[-1] * 1.3), ylim=(0, 1.12), ylabel="fraction of copy (GPU time)")
     gpu = grow.attrs.get("provenance", {}).get("gpu", "GPU")
     ax.set_title(f"Looped kernels as rows grow, {dtype}, {gpu}", fontsize=10)
     ax.legend(frameon=False, fontsize=8, loc="lower left", ncols=2)
     return fig
 
 
-#: Figures of this lesson, by the name ``helpers.plots.save`` writes them under.
-FIGURES = {"04_online_trace": plot_trace, "04_rows_grow": plot_rows_grow}
+FIGURES = {"04_online_trace": plot_trace, "04_rows_grow": plot_rows_grow}  # by the names plots.save writes
 
-# ---- Exercise 4.1: the online pass in Triton. Each case targets one mistake that the cases before it
-# let through, and its hints name that mistake. Inputs and outputs have row strides that differ and
-# differ from the row length, with NaN padding after every row: a read past a row's end puts NaN
-# into the output, and a write there breaks the padding (guards_intact).
-
+# ---- Exercise 4.1: the online pass in Triton. Each case targets one mistake that the cases before it let
+# through, and its hints name that mistake. Row strides of x and out differ (and from the row length), with
+# NaN after every row: a read past a row's end puts NaN in the output, a write there breaks guards_intact.
 UNSTORED = -1.0  # the output's fill: a softmax is never negative
 
 H_STRIDES = ("row 0 is right but the rows after it are not: x's rows are in_row_stride elements apart and out's "
@@ -187,9 +168,8 @@ H_EXP = "every exponent must be x - m_new, at most 0, so that nothing overflows"
 
 
 def online_kernel_cases(seed: int = 41) -> list[dict]:
-    """Exercise 4.1's rows, in order: ``x`` (M, N) float32, ``block`` the BLOCK_SIZE, ``in_rs``/``out_rs``
-    the row strides of the guarded input and output, ``col`` the input's column stride, ``hint`` (and
-    ``nan_hint``, ``inf_hint``, ...) the mistake an error here points at."""
+    """Exercise 4.1's rows, in order: ``x`` (M, N) float32, ``block`` the BLOCK_SIZE, ``in_rs``/``out_rs`` the row
+    strides of input and output, ``col`` x's column stride, ``hint`` (``nan_hint``, ...) the mistake shown."""
     g = torch.Generator().manual_seed(seed)
     rnd = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
     cases = []
@@ -203,8 +183,7 @@ def online_kernel_cases(seed: int = 41) -> list[dict]:
     cases.append(dict(name="rows of 70 values near -100 in blocks of 16 (the last block partial)",
                       x=rnd(3, 70) - 100.0, block=16, in_rs=80, out_rs=84, hint=H_OTHER, nan_hint=H_MASK))
     cases.append(dict(name="rows near +1000 and -1000 (only the running max keeps exp in range)",
-                      x=rnd(2, 40) * 3 + torch.tensor([[1000.0], [-1000.0]]), block=16, in_rs=48, out_rs=52,
-                      hint=H_EXP))
+                      x=rnd(2, 40) * 3 + torch.tensor([[1000.0], [-1000.0]]), block=16, in_rs=48, out_rs=52, hint=H_EXP))
     x = rnd(2, 70)
     x[0, 66], x[1, 40] = 200.0, 90.0
     cases.append(dict(name="a late maximum of 200 (exp(200) overflows float32)", x=x, block=16, in_rs=88, out_rs=84,
@@ -233,15 +212,14 @@ def _run_case(kernel, case: dict) -> float:
     before = wide.clone()
     out = guarded((M, N), row_stride=case["out_rs"], fill=UNSTORED)
     launch_learner_kernel(kernel, (M,), out, x, x.stride(0), x.stride(1), out.stride(0), N,
-                          BLOCK_SIZE=block, outputs=(), where=f"{what}")
+                          BLOCK_SIZE=block, outputs=(), where=what)
     if not (torch.equal(wide.nan_to_num(), before.nan_to_num()) and guards_intact(wide)):
         raise Wrong("your kernel changed its input: store into out_ptr only")
     got, ref = out.detach().cpu().double(), torch.softmax(data_x.double(), dim=-1)
     if (got == UNSTORED).all():
         raise Wrong(f"{what} nothing was stored in out: does pass 2 run, with out_start = out_ptr + row * out_row_stride?")
     nan_got, nan_ref = torch.isnan(got), torch.isnan(ref)
-    close = ((got - ref).abs() <= 1e-6) | (nan_got & nan_ref)
-    rows_ok = close.all(dim=1)
+    rows_ok = (((got - ref).abs() <= 1e-6) | (nan_got & nan_ref)).all(dim=1)
     if "rows_hint" in case and rows_ok[0] and not rows_ok.all():
         raise Wrong(f"{what} {case['rows_hint']}")
     if (nan_ref & ~nan_got).any():
@@ -276,9 +254,7 @@ def check_4_1(online_softmax_kernel) -> None:
     check("4.1", "the online pass in Triton", online_softmax_kernel, _trial_4_1)
 
 
-# ---- Exercises 4.2 and 4.3: plain Python answers -------------------------------------------
-
-
+# ---- Exercises 4.2 and 4.3: plain Python answers
 def _pair(got, what: str) -> list[float]:
     if not isinstance(got, (tuple, list)) or len(got) != 2:
         raise Wrong(f"{what} should return a pair (m, d), got {type(got).__name__}")
@@ -324,18 +300,13 @@ def check_4_2(merge) -> None:
     check("4.2", "merge two (m, d) pairs", merge, _trial_4_2)
 
 
-def stash_traffic_answer(M: int, N: int) -> tuple[int, int]:
-    """The 'stash' variant: pass 1 reads x and writes exp(x - m_block) to out; pass 2 reads out,
-    rescales it and writes it back. 2MN reads, 2MN writes."""
-    return 2 * M * N, 2 * M * N
-
-
 def _trial_4_3(stash_traffic) -> str:
     for M, N in ((1, 1), (3, 5), (1024, 65536)):
         got = call_attempt(stash_traffic, M, N)
         if not isinstance(got, (tuple, list)) or len(got) != 2:
             raise Wrong(f"return a pair (reads, writes), got {type(got).__name__}")
-        (r, w), (wr, ww) = got, stash_traffic_answer(M, N)
+        # the stash variant: pass 1 reads x, writes exp(x - m_block) to out; pass 2 reads it, rescales, writes it
+        (r, w), (wr, ww) = got, (2 * M * N, 2 * M * N)
         if (r, w) != (wr, ww):
             hint = [h for bad, h in ((r != wr, "reads: pass 1 reads x, and pass 2 reads back what pass 1 wrote"),
                                      (w != ww, "writes: pass 1 writes the exponentials, and pass 2 writes the result "

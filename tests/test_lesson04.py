@@ -372,13 +372,18 @@ def merge_wrong_factor(m1, d1, m2, d2):
     return m, d1 * math.exp(m - m1) + d2 * math.exp(m - m2)
 
 
+def stash_traffic_right(M, N):
+    """Pass 1 reads x and writes exp(x - m_block) to out; pass 2 reads out, rescales it and writes it back."""
+    return 2 * M * N, 2 * M * N
+
+
 CASES = [
     (lesson04.check_4_2, merge_right, merge_no_empty, "empty part"),
     (lesson04.check_4_2, merge_right, lambda m1, d1, m2, d2: (max(m1, m2), d1 + d2), "rescale"),
     (lesson04.check_4_2, merge_right, lambda m1, d1, m2, d2: (min(m1, m2), d1 + d2), "larger of the two"),
     (lesson04.check_4_2, merge_right, merge_wrong_factor, "d_i * exp(m_i - m)"),
-    (lesson04.check_4_3, lesson04.stash_traffic_answer, lambda M, N: (M * N, 2 * M * N), "reads"),
-    (lesson04.check_4_3, lesson04.stash_traffic_answer, lambda M, N: (2 * M * N, M * N), "writes"),
+    (lesson04.check_4_3, stash_traffic_right, lambda M, N: (M * N, 2 * M * N), "reads"),
+    (lesson04.check_4_3, stash_traffic_right, lambda M, N: (2 * M * N, M * N), "writes"),
 ]
 
 
