@@ -1,4 +1,4 @@
-"""Lesson 06 · Rows bigger than a chip: the slice statistics and their merge (shown in the lesson),
+"""Lesson 06 · Rows bigger than a chip: the slice statistics (shown in the lesson),
 launch glue, the live measurements (``*_rows``, GPU only), the figures, the checkers of 6.1-6.3."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import torch
 import triton
 
 from . import data, plots
-from .exercises import Wrong, call_attempt, check, fmt, guarded, launch_learner_kernel
+from .exercises import Wrong, call_attempt, check, fmt, fmt_pair, guarded, launch_learner_kernel
 from .kernels import softmax_online, softmax_split, softmax_split_coop, softmax_split_coop_kernel, softmax_split_stats_kernel
 from .measure import DTYPES, measure_shape, providers, require_gpu
 from .mode import DEVICE, ON_GPU
@@ -22,7 +22,6 @@ HELD_OUT = (300, 100000)
 #: The providers the lesson compares, in table order.
 PROVIDERS = ["torch_softmax", "torch_compile", "online", "split", "split_coop", "softmax"]
 MIB = 2**20
-IDENTITY = (-math.inf, 0.0)  #: the pair of an empty slice: merging with it changes nothing
 
 
 def slice_stats(x: torch.Tensor, slices: int, slice_len: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -42,22 +41,6 @@ def slice_stats(x: torch.Tensor, slices: int, slice_len: int | None = None) -> t
     terms = torch.where(parts == -math.inf, torch.zeros((), dtype=x.dtype, device=x.device),
                         torch.exp(parts - m.unsqueeze(-1)))
     return m, terms.sum(dim=-1)
-
-
-def merge(a, b):
-    """(m_a, d_a) merged with (m_b, d_b): m = max(m_a, m_b), d = d_a e^(m_a - m) + d_b e^(m_b - m), for
-    floats or element-wise tensors. The identity (-inf, 0) adds nothing (e^(-inf - -inf) is NaN)."""
-    (m_a, d_a), (m_b, d_b) = a, b
-    if not any(isinstance(v, torch.Tensor) for v in (m_a, d_a, m_b, d_b)):
-        m = max(m_a, m_b)
-        if m == -math.inf:
-            return -math.inf, 0.0
-        return m, d_a * math.exp(m_a - m) + d_b * math.exp(m_b - m)
-    m = torch.maximum(torch.as_tensor(m_a), torch.as_tensor(m_b))
-    zero = torch.zeros((), dtype=m.dtype)
-    part_a = torch.where(torch.as_tensor(d_a) == 0, zero, d_a * torch.exp(m_a - m))
-    part_b = torch.where(torch.as_tensor(d_b) == 0, zero, d_b * torch.exp(m_b - m))
-    return m, part_a + part_b
 
 
 def split_layout(n_cols: int, slices: int, block_size: int) -> tuple[int, int]:
@@ -216,12 +199,6 @@ FIGURES = {
 
 # ---- exercise checkers: each prints one line (correct / not yet / wrong) and never raises ----
 
-def _two(got: float, want: float) -> tuple[str, str]:
-    """``got`` and ``want`` with as many digits as it takes to tell them apart."""
-    return next(((f"{got:.{k}g}", f"{want:.{k}g}") for k in (4, 6, 8, 10) if f"{got:.{k}g}" != f"{want:.{k}g}"),
-                (repr(got), repr(want)))
-
-
 UNWRITTEN = 1.0e30  #: what the checker fills the statistics with: a pair still holding it was never stored
 
 
@@ -339,8 +316,9 @@ def _trial_6_1(kernel) -> str:
             raise Wrong(f"on {desc}: (row {r}, slice {s}) has d = {gd[r, s].item():g}: its values reach "
                         f"{float(fin.abs().max()):.0f} in size, where exp overflows or underflows float32. Take "
                         f"tl.exp of x - m with the running max m, never of x alone or of x minus another shift")
-        gs, ws = zip(_two(gm[r, s].item(), m[r, s].item()), _two(gd[r, s].item(), d[r, s].item()))
-        raise Wrong(f"on {desc}: (row {r}, slice {s}) stored ({gs[0]}, {gs[1]}), expected ({ws[0]}, {ws[1]})")
+        want_m, got_m = fmt_pair(m[r, s].item(), gm[r, s].item())
+        want_d, got_d = fmt_pair(d[r, s].item(), gd[r, s].item())
+        raise Wrong(f"on {desc}: (row {r}, slice {s}) stored ({got_m}, {got_d}), expected ({want_m}, {want_d})")
     return "every (m, d) matches float64 on rows of -inf, slices of -inf, a spread of 600, partial slices, strides"
 
 
@@ -425,7 +403,7 @@ def _trial_6_3(predicted_frac) -> str:
         want = predicted_frac_answer(design, M, N, es, cache)
         if abs(got - want) <= 1e-9:
             continue
-        xb, (g, w) = M * N * es, _two(got, want)
+        xb, (w, g) = M * N * es, fmt_pair(want, got)
         where = (f"for {design!r} with M={M}, N={N}, {es}-byte elements and an L2 of {cache:,} bytes "
                  f"(x is {xb:,} bytes) you said {g}, expected {w}")
         if got > 1.0 + 1e-9:

@@ -1,5 +1,5 @@
-"""Lesson 06 (split rows): the slice statistics and their merge against float64, the first launch's
-statistics tensor, the split kernel on rows with all -inf slices, the cooperative kernel's safety
+"""Lesson 06 (split rows): the slice statistics and the merge (defined in a cell of the lesson) against
+float64, the first launch's statistics tensor, the split kernel on rows with all -inf slices, the cooperative kernel's safety
 net, the L2 model, the live measurements' guard, the figures, and the exercise checkers (one test per
 plausible wrong answer, with the hint that names it). The numbers the prose quotes are re-derived
 from the recordings in tests/test_claims_lesson06.py.
@@ -25,8 +25,14 @@ import triton
 import triton.language as tl
 from helpers import lesson06
 from helpers.exercises import guarded
-from helpers.lesson06 import IDENTITY, merge, slice_stats
+from helpers.lesson06 import slice_stats
 from checking import _raises, _untouched
+from claims import code_cell_with
+
+#: The merge and its identity, as the lesson defines them in a cell.
+_LESSON = {"math": math, "torch": torch, "inf": math.inf}
+exec(code_cell_with("06", "def merge(a, b):"), _LESSON)
+IDENTITY, merge = _LESSON["IDENTITY"], _LESSON["merge"]
 
 # --------------------------------------------------------------------------------------------
 # slice_stats and merge against float64
@@ -1007,7 +1013,6 @@ def test_live_cells_survive_a_missing_provider(monkeypatch, capsys):
     never an error."""
     import matplotlib.pyplot as plt
 
-    from claims import code_cell_with
     from helpers import data, measure
 
     bench = data.load("bench", gpu="h100")
