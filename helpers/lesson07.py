@@ -184,11 +184,13 @@ def tolerance(q, k, v, scale=None) -> tuple[float, float]:
 # --- Measured on a GPU: the live version of figures/data/attention_<gpu>.csv ---
 
 def attention_rows(rounds: int = 3) -> list[dict]:
-    """On a GPU: a short sweep (fp16, S = 1K and 4K; the course, SDPA, naive) in the recording's
-    columns, medians of ``rounds`` rounds with their spreads (``helpers.attention_bench``)."""
+    """On a GPU: a short sweep (fp16, S = 1K and 4K; the course, SDPA, its cuDNN backend, naive) in the
+    recording's columns, medians of ``rounds`` rounds with their spreads (``helpers.attention_bench``)."""
     from . import attention_bench
 
-    return attention_bench.live_rows(rounds=rounds)
+    attention_bench.require_gpu("helpers.lesson07.attention_rows()")
+    return attention_bench.sweep(seqs=(1024, 4096), dtypes=("float16",), rounds=rounds,
+                                 providers=("course", "sdpa", "sdpa_cudnn", "naive"))
 
 
 # --- Exercise 7.1: causal attention in PyTorch ---

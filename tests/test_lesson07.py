@@ -185,17 +185,31 @@ def _rounds_timer():
 
 @pytest.mark.skipif(helpers.ON_GPU, reason="the harness's CPU path (a fake timer), for machines without a GPU")
 def test_the_measured_cells_run_on_a_live_shaped_frame(capsys):
-    """What a GPU's live cell gives (fp16 only, a few S, the course, SDPA and naive, with spreads): the
-    cells after it must run on it, and mark the noisy cells."""
+    """What a GPU's live cell gives (fp16 only, two S, the course, SDPA, cuDNN and naive, with spreads):
+    the cells after it must run on it, mark the noisy cells, and survive a provider this GPU refuses
+    (cuDNN on a CPU tensor: no such column, so no fraction of cuDNN)."""
     timer, _ = _rounds_timer()
-    rows = AB.sweep(seqs=(32, 48), dims=(16,), dtypes=("float16",), providers=("course", "sdpa", "naive"), B=1, H=2,
-                    timer=timer, peak=lambda fn: 0.5, device="cpu", rounds=5)
+    rows = AB.sweep(seqs=(32, 48), dims=(16,), dtypes=("float16",), providers=("course", "sdpa", "sdpa_cudnn", "naive"),
+                    B=1, H=2, timer=timer, peak=lambda fn: 0.5, device="cpu", rounds=5)
+    for r in rows:  # the live sweep's lengths, 1K and 4K (S >= 4K selects the second), and made-up speeds
+        r["S"], r["graph_tflops"] = {32: 1024, 48: 4096}[r["S"]], {"course": 3.0, "sdpa": 4.0, "naive": 1.0}.get(r["provider"])
     att = data.frame(rows, gpu_data.provenance("test"))
-    ns = _run_cells('ok = att.query("status', "fp16 = tf.loc", "sdpa = tf[tf.columns", "share.agg",
+    ns = _run_cells('ok = att.query("status', "fp16 = tf.loc", "long = tf.query", "clean = share.where",
                     'nv = ok.query("provider', "(tf.course / tf.naive)", 'mib = ok.query("dtype', att=att)
     assert ns["noisy"].loc["float16"].values.any()  # a 50% spread in every graph timing: all marked
     assert set(ns["providers"]) == {"course", "sdpa", "naive"}
+    share = ns["share"]
+    assert len(share) == 2 and share["of cuDNN"].isna().all() and (share["of the fastest SDPA"] == 0.75).all()
+    assert ns["share_noisy"]["of the fastest SDPA"].all()
     matplotlib.pyplot.close("all")
+
+
+def test_attention_rows_needs_a_gpu(capsys):
+    if helpers.ON_GPU:
+        pytest.skip("on a GPU it measures")
+    with pytest.raises(SystemExit):
+        lesson07.attention_rows()
+    assert "helpers.lesson07.attention_rows()" in capsys.readouterr().err
 
 
 # --- The benchmark's logic, on the CPU with a stand-in timer ----------------------------------
