@@ -1,37 +1,24 @@
 """The launch plumbing that every row-wise wrapper of the course uses.
 
-Written the obvious way, a wrapper such as ``softmax_fused(x)`` spends its host time on work that
-depends only on *what kind* of tensor it got: checking it, viewing it as rows, choosing the block
-size, warps and grid, and letting Triton's JIT bind the arguments, compute the specialization key
-and look up the compiled kernel (about 20-50 µs a call, measured in PERFORMANCE.md). A GPU kernel
-of a few microseconds is then *launch-bound*: the host, not the memory, sets its pace.
-
-``RowSoftmax`` decides all of that once per **key** and keeps a ready-to-launch entry::
+Written the obvious way, a wrapper such as ``softmax_fused(x)`` spends 20-50 µs of host time a call
+(PERFORMANCE.md) on work that depends only on *what kind* of tensor it got: checking it, viewing it
+as rows, choosing block size, warps and grid, and letting Triton's JIT bind the arguments and look
+up the compiled kernel. A kernel of a few µs is then *launch-bound*. ``RowSoftmax`` does all of
+that once per **key** and keeps a ready-to-launch entry::
 
     key = (dtype, shape, strides, device index, is_cuda, is_cpu, x.data_ptr() % 16 == 0, options)
 
-A later call with the same key does a dictionary lookup, allocates the output and calls the
-compiled kernel's launcher directly with raw pointers. Why each cached thing is safe to cache:
+A later call with the same key looks the entry up, allocates the output and calls the compiled
+kernel's launcher with raw pointers. Everything cached is a function of the key: the validation
+verdict (a tensor that fails never gets an entry, so it always reaches the clear error), the row
+view, the plan (tuned configurations are per device, and the device is in the key) and the compiled
+kernel (Triton specializes on constexprs, on integers equal to 1 or divisible by 16, on 16-byte
+aligned pointers: ``x``'s alignment is in the key, the output and workspace come fresh from
+PyTorch's allocator, 512-byte aligned; and on the device). Never cached: the output, the data
+pointers, the current CUDA stream (a graph capture or a ``torch.cuda.stream`` block changes it).
 
-- **The validation verdict** (floating dtype, at least one dimension, on the kernels' device): a
-  function of dtype, shape and device, all in the key. A tensor that fails never gets an entry, so
-  it always reaches the full check and its clear error message.
-- **The row view** (number of rows, columns, row and column strides, whether the leading
-  dimensions must be copied to merge into rows): a function of shape and strides.
-- **The plan** (kernel, grid, block sizes, warps, stages, scalar arguments): a function of the row
-  view, dtype, device and options. Tuned configurations are per device, and the device is in the key.
-- **The compiled kernel.** Triton specializes a compiled kernel on its constexpr arguments (from
-  the plan), on integer arguments equal to 1 or divisible by 16 (all of them functions of the
-  key), on pointers being 16-byte aligned (``x``'s alignment is in the key; the output and any
-  workspace are fresh allocations from PyTorch's caching allocator, always 512-byte aligned), and
-  on the device (in the key). So the kernel compiled for the first call of a key is the one the
-  JIT would pick for every later call of that key.
-- Never cached: the output tensor, the data pointers, the current CUDA stream (a CUDA-graph
-  capture or a ``torch.cuda.stream`` block changes it between calls).
-
-Under Triton's interpreter there is no compiled kernel: the entry launches with ``kernel[grid](...)``
-(the plan is still cached). The same happens on a GPU when a launch hook is installed (a
-profiler) or when the installed Triton's launcher does not take the arguments this module passes.
+Under the interpreter, with a launch hook installed (a profiler), or when this Triton's launcher
+does not take these arguments, the entry launches with ``kernel[grid](...)`` (the plan is still cached).
 """
 
 from __future__ import annotations
@@ -111,11 +98,6 @@ def check_positive_int(fn_name: str, name: str, val, low: int = 1, allow_none: b
         what = "a positive int" if low == 1 else f"an int >= {low}"
         extra = " (or None for the default)" if allow_none else ""
         raise ValueError(f"{fn_name}: {name} must be {what}{extra}, got {val!r}.")
-
-
-# --------------------------------------------------------------------------------------------
-# What a launch needs
-# --------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -207,10 +189,6 @@ class Plan:
     fallback: Callable | None = None  # used instead if the first launch is refused (RuntimeError)
     info: dict = field(default_factory=dict)
 
-
-# --------------------------------------------------------------------------------------------
-# Launching a compiled kernel directly
-# --------------------------------------------------------------------------------------------
 
 _raw_stream = None
 _get_device = None
@@ -366,11 +344,6 @@ def _direct_call(plan: Plan, rows: Rows, inputs: tuple) -> Callable:
         return out
 
     return call
-
-
-# --------------------------------------------------------------------------------------------
-# The wrappers
-# --------------------------------------------------------------------------------------------
 
 
 def _option_key(options: tuple) -> tuple:

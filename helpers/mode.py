@@ -1,20 +1,14 @@
 """Where the course's kernels run: a real GPU, Triton's interpreter on the CPU, or nowhere.
 
-This module must be imported before any ``@triton.jit`` function is decorated: Triton
-decides at decoration time whether a kernel is compiled or interpreted, from the
-environment variable ``TRITON_INTERPRET``. ``helpers/__init__.py`` imports it first.
+Imported first by ``helpers/__init__.py``, before any ``@triton.jit`` function is decorated:
+Triton decides at decoration time, from ``TRITON_INTERPRET``, whether a kernel is compiled or
+interpreted. ``TRITON_INTERPRET=1`` set by the user: the interpreter; else a CUDA GPU that PyTorch
+sees: compiled kernels; else the interpreter on the CPU (``TRITON_INTERPRET`` is set here).
 
-Rules:
-- ``TRITON_INTERPRET=1`` already set by the user: interpreter, whatever hardware exists.
-- otherwise, PyTorch sees a CUDA GPU: compiled kernels on that GPU.
-- otherwise: interpreter on the CPU (``TRITON_INTERPRET`` is set here, for this process).
-
-Triton publishes builds for Linux only (x86_64 and aarch64). Where it is missing (macOS,
-Windows) ``import helpers`` still works: lessons 01-02, the reference, traffic, plots, recorded
-data and exercises need no Triton. ``HAS_TRITON`` says whether kernels are available; the kernel
-names of ``helpers`` and its kernel modules (``helpers.kernels``, ``helpers.lesson03``, ...)
-then raise ``KernelsUnavailable``, one short message saying what the platform lacks and where the
-kernel lessons run. A kernel lesson's first cell calls ``helpers.require_kernels("lesson 03")``.
+Triton publishes builds for Linux only. Without it ``import helpers`` still works (lessons 01-02,
+the reference, traffic, plots, recorded data, exercises); ``HAS_TRITON`` is False and the kernel
+modules raise ``KernelsUnavailable``, one line saying what the platform lacks and where the kernel
+lessons run. A kernel lesson's first cell calls ``helpers.require_kernels("lesson 03")``.
 """
 
 from __future__ import annotations
@@ -84,10 +78,6 @@ def triton_version() -> str:
     """The imported Triton's version, or 'not installed' (provenance of a measurement)."""
     return triton.__version__ if HAS_TRITON else "not installed"
 
-
-# --------------------------------------------------------------------------------------------
-# Without Triton
-# --------------------------------------------------------------------------------------------
 
 #: The platforms Triton publishes wheels for (PyPI, triton 3.6-3.9): ``platform.machine()`` on Linux.
 TRITON_LINUX_MACHINES = ("x86_64", "aarch64")
@@ -176,27 +166,15 @@ if not HAS_TRITON and not any(isinstance(f, _KernelModuleGuard) for f in sys.met
     sys.meta_path.insert(0, _KernelModuleGuard())
 
 
-# --------------------------------------------------------------------------------------------
-# What the notebooks print
-# --------------------------------------------------------------------------------------------
-
-
 def banner() -> str:
-    """One line for the top of every notebook: the mode and the versions in use.
-
-    On the CPU it is the same on every machine that installed the course's pinned
-    versions (``make test`` does), so it can stay in a notebook's stored output.
-    """
+    """One line for the top of every notebook: the mode and the versions in use (on the CPU, the same
+    on every machine with the course's pinned versions, so it can stay in a stored output)."""
+    py = f"python {sys.version_info.major}.{sys.version_info.minor}"
     if not HAS_TRITON:
-        return (
-            f"Kernels run on: nothing here (no Triton: lessons 01-02 only) | torch {_major_minor(torch.__version__)} | "
-            f"python {sys.version_info.major}.{sys.version_info.minor}"
-        )
+        return f"Kernels run on: nothing here (no Triton: lessons 01-02 only) | torch {_major_minor(torch.__version__)} | {py}"
     where = f"GPU ({gpu_name()})" if ON_GPU else "Triton interpreter on the CPU (no GPU)"
-    return (
-        f"Kernels run on: {where} | torch {_major_minor(torch.__version__)} | "
-        f"triton {_major_minor(triton.__version__)} | python {sys.version_info.major}.{sys.version_info.minor}"
-    )
+    return (f"Kernels run on: {where} | torch {_major_minor(torch.__version__)} | "
+            f"triton {_major_minor(triton.__version__)} | {py}")
 
 
 def describe() -> str:

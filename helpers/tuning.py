@@ -1,25 +1,19 @@
 """Configurations of the kernels behind ``helpers.softmax``, per GPU: measured, not guessed.
 
-The best tile shape of the tiled kernel (rows per program, warps, pipelining stages, persistent or
-not) and the best slice of the cooperative split kernel depend on the GPU. The course does not
-ship one GPU's table for every GPU. Instead, each configuration is **tuned once per device**:
+The tiled kernel's tile shape (rows per program, warps, stages, persistent or not) and the
+cooperative split kernel's slice depend on the GPU, so each is **tuned once per device**:
 
-1. On a GPU with a recorded table, ``figures/data/tuning_<gpu>.csv`` (written by
-   ``python -m helpers.bench tune`` on that GPU; the course records an H100 and an H200), the
-   candidate with the shortest GPU time for each class is used.
-2. Otherwise, the first call of each class (dtype and power-of-two row length) times every candidate
-   on that GPU (``triton.testing.do_bench_cudagraph``), keeps the fastest and caches it on disk
-   (``~/.cache/softmax-course/``, or ``$SOFTMAX_COURSE_CACHE``). PERFORMANCE.md gives what that
-   first call costs.
-3. Under the interpreter, or with ``SOFTMAX_COURSE_TUNING=rule``, a rule derived from what the
-   recorded tables show (each thread moves about 64 bytes; at least one warp a program) is used.
+1. A GPU with a recorded table, ``figures/data/tuning_<gpu>.csv`` (``python -m helpers.bench tune``;
+   the course records an H100 and an H200), uses each class's fastest candidate.
+2. Otherwise the first call of each class (dtype, power-of-two row length) times every candidate
+   (``do_bench_cudagraph``), keeps the fastest and caches it in ``~/.cache/softmax-course/`` (or
+   ``$SOFTMAX_COURSE_CACHE``); PERFORMANCE.md gives what that first call costs.
+3. Under the interpreter, or with ``SOFTMAX_COURSE_TUNING=rule``, a rule from the recorded tables
+   (each thread moves about 64 bytes; at least one warp a program).
 
-``SOFTMAX_COURSE_TUNING=autotune`` ignores the recorded tables (to measure the first-call cost).
-
-This module is a data layer below the kernels: it imports no kernel. What must run a kernel (the
-first-call tuning, the tuner's sweep) takes the kernel's wrapper as an argument: the kernel modules
-pass their own (``tiled_config(..., tune=softmax_tiled)``, ``coop_config(..., tune=softmax_split_coop)``)
-and ``python -m helpers.bench tune`` passes both to ``sweep``.
+``SOFTMAX_COURSE_TUNING=autotune`` ignores the recorded tables. This data layer imports no kernel:
+what must run one takes the wrapper as an argument (``tiled_config(..., tune=softmax_tiled)``,
+``coop_config(..., tune=softmax_split_coop)``, ``sweep(softmax_tiled, softmax_split_coop)``).
 """
 
 from __future__ import annotations
@@ -72,11 +66,6 @@ def _mode() -> str:
     return m
 
 
-# --------------------------------------------------------------------------------------------
-# Candidates and the rule
-# --------------------------------------------------------------------------------------------
-
-
 def tiled_candidates(block_n: int, element_size: int) -> list[tuple[int, int, int, int]]:
     """(block_m, num_warps, num_stages, programs_per_sm) candidates for rows of ``block_n``: each
     thread holds 32 to 256 bytes of the tile, a tile holds at most 64 KiB (or one row), and rows of
@@ -112,11 +101,6 @@ def coop_candidates() -> list[tuple[int, int]]:
 
 def coop_rule(n_rows: int) -> CoopConfig:
     return CoopConfig(4096, 4) if n_rows >= 1024 else CoopConfig(8192, 8)
-
-
-# --------------------------------------------------------------------------------------------
-# Recorded tables and the disk cache
-# --------------------------------------------------------------------------------------------
 
 
 def recorded_path(gpu_name: str) -> Path:
@@ -192,11 +176,6 @@ def _save(gpu_name: str) -> None:
         pass  # a read-only home: the tuned value still serves this process
 
 
-# --------------------------------------------------------------------------------------------
-# Looking up (and, the first time on a new GPU, measuring) a configuration
-# --------------------------------------------------------------------------------------------
-
-
 def _gpu_name() -> str:
     from .device import gpu_props
 
@@ -265,10 +244,8 @@ def _sync(x: torch.Tensor) -> None:
 
 
 def _reference(x: torch.Tensor) -> torch.Tensor:
-    """float64 softmax of ``x``, checked before it judges anyone: its rows must sum to 1. (In two
-    H100 tuning runs, every candidate of a class failed with the same error while the same
-    kernels passed alone: a reference gone wrong explains that, a kernel does not. So it is checked,
-    and computed again if it fails.)"""
+    """float64 softmax of ``x``, checked before it judges anyone (its rows must sum to 1), and
+    computed again if it fails: a wrong reference would fail every candidate of a class."""
     for _ in range(3):
         _sync(x)
         ref = torch.softmax(x.double(), -1)
