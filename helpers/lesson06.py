@@ -327,13 +327,6 @@ def check_6_1(split_stats_kernel) -> None:
     check("6.1", "the split statistics kernel", split_stats_kernel, _trial_6_1)
 
 
-def combine_answer(stats: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The row's (m, d) from a (rows, slices, 2) statistics tensor, as the second launch merges it."""
-    m_s, d_s = stats[..., 0], stats[..., 1]
-    m = m_s.max(dim=-1).values
-    return m, torch.where(d_s == 0, torch.zeros((), dtype=stats.dtype), d_s * torch.exp(m_s - m.unsqueeze(-1))).sum(-1)
-
-
 def _stats_cases():
     """(description, x float64, slices) for 6.2; the statistics are handed over in float32."""
     g = torch.Generator().manual_seed(61)

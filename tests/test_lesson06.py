@@ -663,6 +663,12 @@ def combine_right(stats):
     return m, moved.sum(dim=-1)
 
 
+def combine_any_leading_dims(stats):
+    m_s, d_s = stats[..., 0], stats[..., 1]
+    m = m_s.max(dim=-1).values
+    return m, torch.where(d_s == 0, torch.zeros((), dtype=stats.dtype), d_s * torch.exp(m_s - m.unsqueeze(-1))).sum(-1)
+
+
 def combine_no_guard(stats):
     m_s, d_s = stats[..., 0], stats[..., 1]
     m = m_s.max(dim=-1).values
@@ -870,7 +876,7 @@ def test_checker_6_2_wrong_answers(capsys, attempt, hint):
 def test_checker_6_2_accepts_float64_and_float32_answers(capsys):
     line = _run(capsys, lesson06.check_6_2, lambda s: tuple(t.double() for t in combine_right(s)))
     assert "): correct" in line, line
-    line = _run(capsys, lesson06.check_6_2, lesson06.combine_answer)
+    line = _run(capsys, lesson06.check_6_2, combine_any_leading_dims)
     assert "): correct" in line, line
 
 
@@ -934,7 +940,7 @@ def test_checker_6_3_wrong_answers(capsys, attempt, hint):
 
 def test_answers_match_the_solutions():
     stats = torch.tensor([[[1.0, 2.0], [-math.inf, 0.0]], [[-math.inf, 0.0], [-math.inf, 0.0]]], dtype=torch.float64)
-    m, d = lesson06.combine_answer(stats)
+    m, d = combine_any_leading_dims(stats)
     assert m.tolist() == [1.0, -math.inf] and d.tolist() == [2.0, 0.0]
     for design in ("online", "split", "split_coop"):
         for M in (8, 64, 1024):
@@ -1035,7 +1041,7 @@ def test_live_cells_survive_a_missing_provider(monkeypatch, capsys):
     finally:
         plt.close("all")
     out = capsys.readouterr().out
-    assert "this run:" in out and "DRAM peak from its clocks (GB/s)" in out
+    assert "this run:" in out and re.search(r"DRAM peak from its clocks \(GB/s\) +3352", out), out[:1500]
     assert ns["frac"]["torch_compile"].isna().all() and ns["frac"]["split"].notna().all()
     assert ns["gpu_time"]["split_coop"].isna().all() and ns["gpu_time"]["split"].notna().all()
     assert list(ns["one_per_row"].columns) == ["fused", "online", "torch_softmax"]
