@@ -4,6 +4,7 @@ the DataFrames the lesson loads on the CPU), the figures, and the checkers of ex
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pandas as pd
@@ -20,13 +21,17 @@ from .measure import DTYPES, device_facts, eager_ms, gpu_ms, host_us, require_gp
 from .plots import label, set_n_axis
 
 LIMIT_NAMES = ("registers", "shared memory", "threads", "blocks")
-HOST_PROVIDERS = ("torch_softmax", "torch_compile", "triton_tutorial", "liger", "fused", "softmax")  # peers first
+PEERS = ("torch_softmax", "torch_compile", "triton_tutorial", "liger")
+
+
+def warp_registers(n_regs: int, warp_size: int = 32) -> int:
+    """The registers a warp is granted: ``n_regs`` for each thread, rounded up to a multiple of 256."""
+    return -(-n_regs * warp_size // 256) * 256
 
 
 def registers_by_partition(n_regs: int, num_warps: int, props: dict, partitions: int = 4) -> int:
     """Programs per SM by registers if each warp's come from one of ``partitions`` parts (warp schedulers)."""
-    per_warp = -(-n_regs * props["warp_size"] // 256) * 256
-    return (props["regs_per_sm"] // partitions) // per_warp * partitions // num_warps
+    return (props["regs_per_sm"] // partitions) // warp_registers(n_regs, props["warp_size"]) * partitions // num_warps
 
 
 # Live measurements (GPU only): what helpers.bench records and the lesson measures on a GPU
@@ -75,28 +80,26 @@ def programs_rows(N: int = 1024, M: int = 65536, dtype_name: str = "float32") ->
 def tuning_rows(shapes=((16384, 1024), (4096, 4096), (4096, 16384)), dtype_name: str = "float32") -> list[dict]:
     """The persistent kernel over num_warps x num_stages, one timing each, with the compiler's numbers."""
     require_gpu("tuning_rows")
-    rows = []
+    keys, rows = ("n_regs", "n_spills", "shared", "programs_per_sm", "api_programs_per_sm", "limited_by", "programs"), []
     for M, N in shapes:
         x = torch.randn(M, N, device="cuda", dtype=DTYPES[dtype_name])
         y, ref = torch.empty_like(x), torch.softmax(x.double(), -1)
         copy_g, copy_e = gpu_ms(lambda: y.copy_(x)), eager_ms(lambda: y.copy_(x))
-        for w in (1, 2, 4, 8, 16, 32):
-            for s in (1, 2, 3, 4):
-                row = dict(dtype=dtype_name, M=M, N=N, num_warps=w, num_stages=s)
-                keys = ("n_regs", "n_spills", "shared", "programs_per_sm", "api_programs_per_sm", "limited_by", "programs")
-                try:
-                    info = persistent_plan(Rows.of(x), None, w, s).info
-                    f = lambda: softmax_persistent(x, None, w, s)  # noqa: E731
-                    if not (err := (f().double() - ref).abs().max().item()) < 1e-5:
-                        raise AssertionError(f"max abs error {err:.1e}")
-                    g, e = gpu_ms(f), eager_ms(f)
-                    row.update({k: info[k] for k in keys}, graph_ms=g, ms=e, graph_frac=copy_g / g,
-                               frac_of_copy=copy_e / e, status="ok")
-                except Exception as ex:
-                    msg = (str(ex).strip().splitlines() or [type(ex).__name__])[0][:100].replace(",", ";")
-                    row.update({k: "" for k in keys + ("graph_ms", "ms", "graph_frac", "frac_of_copy")},
-                               status=f"failed: {type(ex).__name__}: {msg}")
-                rows.append(row)
+        for w, s in itertools.product((1, 2, 4, 8, 16, 32), (1, 2, 3, 4)):
+            row = dict(dtype=dtype_name, M=M, N=N, num_warps=w, num_stages=s)
+            try:
+                info = persistent_plan(Rows.of(x), None, w, s).info
+                f = lambda: softmax_persistent(x, None, w, s)  # noqa: E731
+                if not (err := (f().double() - ref).abs().max().item()) < 1e-5:
+                    raise AssertionError(f"max abs error {err:.1e}")
+                g, e = gpu_ms(f), eager_ms(f)
+                row.update({k: info[k] for k in keys}, graph_ms=g, ms=e, graph_frac=copy_g / g, frac_of_copy=copy_e / e,
+                           status="ok")
+            except Exception as ex:
+                msg = (str(ex).strip().splitlines() or [type(ex).__name__])[0][:100].replace(",", ";")
+                row.update({k: "" for k in keys + ("graph_ms", "ms", "graph_frac", "frac_of_copy")},
+                           status=f"failed: {type(ex).__name__}: {msg}")
+            rows.append(row)
     return rows
 
 
@@ -221,7 +224,7 @@ def plot_final(df: pd.DataFrame | None = None, M: int = 4096, peers: int = 2):
     fig, axes = plots.new_figure(11.0, 4.6, ncols=len(dtypes))
     for ax, d in zip(axes if len(dtypes) > 1 else [axes], dtypes):
         g = at[at.dtype == d].pivot(index="N", columns="provider", values="graph_gbps")
-        strongest = g[[p for p in HOST_PROVIDERS[:4] if p in g]].div(g["copy"], axis=0).median().nlargest(peers).index
+        strongest = g[[p for p in PEERS if p in g]].div(g["copy"], axis=0).median().nlargest(peers).index
         for p in ["copy", "softmax", *strongest]:
             style = dict(ls="--", lw=1.5) if p == "copy" else dict(marker="o", ms=5, lw=2.4) if p == "softmax" else \
                 dict(marker="s", ms=3.5, lw=1.3, ls=":")
@@ -234,25 +237,7 @@ def plot_final(df: pd.DataFrame | None = None, M: int = 4096, peers: int = 2):
     return fig
 
 
-def plot_host_vs_gpu(df: pd.DataFrame | None = None, dtype: str = "float32", M: int = 4096):
-    """Host µs (dashed) and GPU µs (solid) per call against N: below the dashed line, launch-bound."""
-    df = data.load("bench", gpu="h100") if df is None else df
-    at = df[(df.M == M) & (df.dtype == dtype) & (df.status == "ok")]
-    fig, ax = plots.new_figure(8.5, 4.4)
-    for p in [p for p in HOST_PROVIDERS if p in set(at.provider)]:
-        s, c = at[at.provider == p].sort_values("N"), plots.color(p)
-        ax.plot(s.N, s.graph_ms * 1e3, "o-", color=c, ms=3.5, lw=1.6, label=f"{_label(p)}: GPU")
-        ax.plot(s.N, s.host_us, "--", color=c, lw=1.2, alpha=0.8)
-    ax.plot([], [], "k--", lw=1.2, label="dashed: host, same color")
-    set_n_axis(ax, sorted(set(at.N)))
-    ax.set(yscale="log", ylabel="µs per call")
-    ax.set_title(f"Host time against GPU time per call, {dtype}, M = {M}, {_gpu(df)}", fontsize=10)
-    ax.legend(frameon=False, fontsize=8, loc="upper left", ncols=2)
-    return fig
-
-
-FIGURES = {"05_programs": plot_programs, "05_tuning": plot_tuning, "05_final_comparison": plot_final,
-           "05_host_vs_gpu": plot_host_vs_gpu}
+FIGURES = {"05_programs": plot_programs, "05_tuning": plot_tuning, "05_final_comparison": plot_final}
 
 
 # Exercise checkers: one line each (correct / not yet / wrong), never an exception. Learner kernels run through
@@ -353,7 +338,7 @@ def _int(v, what):
 
 def programs_by_registers_answer(n_regs: int, num_warps: int, regs_per_sm: int = 65536, warp_size: int = 32) -> int:
     """Programs per SM the register file allows (each warp's registers rounded up to 256)."""
-    return regs_per_sm // (-(-n_regs * warp_size // 256) * 256 * num_warps)
+    return regs_per_sm // (warp_registers(n_regs, warp_size) * num_warps)
 
 
 def _trial_5_2(programs_by_registers) -> str:
@@ -396,7 +381,7 @@ def check_5_3(waves) -> None:
 
 def _limits(n_regs, shared, w, p, *, reserve=True, rounded=True, warp_threads=True, blocks=True) -> dict:
     """The four limits in programs per SM, or the same with one plausible mistake (for the hints)."""
-    per_warp = -(-n_regs * p["warp_size"] // 256) * 256 if rounded else n_regs * p["warp_size"]
+    per_warp = warp_registers(n_regs, p["warp_size"]) if rounded else n_regs * p["warp_size"]
     smem = shared + (p.get("reserved_shared_per_block", 0) if reserve else 0)
     return {"registers": p["regs_per_sm"] // (per_warp * w), "shared memory": p["shared_per_sm"] // smem if smem else math.inf,
             "threads": p["max_threads_per_sm"] // (w * (p["warp_size"] if warp_threads else 1)),

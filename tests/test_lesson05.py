@@ -536,7 +536,7 @@ def _run_cell(source: str, ns: dict) -> None:
 @pytest.mark.parametrize("missing", [("liger",), ("liger", "triton_tutorial"), ("liger", "torch_compile")])
 def test_comparison_cells_run_on_a_live_frame_without_some_peers(missing, monkeypatch, capsys):
     """Liger-Kernel (or another peer) may be missing on a learner's GPU: every cell from the live benchmark
-    to the host table runs on final_rows' shapes without it, and says which providers it did not measure."""
+    to the host figure runs on final_rows' shapes without it, and says which providers it did not measure."""
     import re
 
     import pandas as pd
@@ -544,8 +544,8 @@ def test_comparison_cells_run_on_a_live_frame_without_some_peers(missing, monkey
 
     cells = ["".join(c["source"]) for c in _notebook()["cells"] if c["cell_type"] == "code"]
     start = next(i for i, s in enumerate(cells) if "lesson05.live(lesson05.final_rows)" in s)
-    end = next(i for i, s in enumerate(cells) if "bound = gpu_us < host" in s)
-    uses_bench = re.compile(r"\b(bench|fractions|against_peers|long)\b(?!\")")  # the live frame, not data.load("bench")
+    end = next(i for i, s in enumerate(cells) if "host.plot(" in s)  # the host table and its figure
+    uses_bench = re.compile(r"\b(bench|fractions|against_peers|long|host)\b(?!\")")  # the live frame, not data.load("bench")
     live = {lesson05.final_rows: _live_bench(missing)}
     monkeypatch.setattr(helpers, "ON_GPU", True)
     monkeypatch.setattr(lesson05, "live", lambda fn, *a, **k: live[fn].copy())
