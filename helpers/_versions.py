@@ -30,14 +30,9 @@ class UnsupportedVersionError(ImportError):
 
 
 def _parse(version: str) -> tuple[int, int]:
-    parts = version.split("+")[0].split(".")
-    nums = []
-    for p in parts[:2]:
-        digits = "".join(ch for ch in p if ch.isdigit())
-        nums.append(int(digits) if digits else 0)
-    while len(nums) < 2:
-        nums.append(0)
-    return nums[0], nums[1]
+    """'2.11.0+cu128' -> (2, 11); digits only ('0rc1' -> 1), a missing part is 0."""
+    nums = [int("".join(ch for ch in p if ch.isdigit()) or 0) for p in version.split("+")[0].split(".")[:2]]
+    return (nums + [0, 0])[0], (nums + [0, 0])[1]
 
 
 def _fmt(v: tuple[int, int]) -> str:

@@ -116,6 +116,14 @@ def sample_reference(q, k, v, causal: bool, heads, rows) -> torch.Tensor:
     return torch.stack(out)
 
 
+def _inputs(B, H, S, D, dtype, causal: bool, device, seed: int):
+    """q, k, v (random normal), the sampled heads and query rows, and their float64 reference."""
+    g = torch.Generator(device=device).manual_seed(seed)  # on the device: a CPU generator takes seconds at 16K
+    q, k, v = (torch.randn(B, H, S, D, generator=g, device=device).to(dtype) for _ in range(3))
+    heads, rows = sorted({(0, 0), (B - 1, H - 1)}), sample_rows(S).to(q.device)
+    return q, k, v, heads, rows, sample_reference(q, k, v, causal, heads, rows)
+
+
 def max_error(out, ref, heads, rows) -> float:
     got = torch.stack([out[b, h, rows].double() for b, h in heads])
     err = (got - ref).abs()
@@ -172,11 +180,7 @@ def measure_shape(dtype_name: str, B: int, H: int, S: int, D: int, causal: bool,
     timer = timer or gpu_timer()
     peak = peak or gpu_peak_mib
     dtype = DTYPES.get(dtype_name, getattr(torch, dtype_name, None))
-    g = torch.Generator(device=device).manual_seed(seed)  # on the device: a CPU generator takes seconds at 16K
-    q, k, v = (torch.randn(B, H, S, D, generator=g, device=device).to(dtype) for _ in range(3))
-    heads = sorted({(0, 0), (B - 1, H - 1)})
-    rows_idx = sample_rows(S)
-    ref = sample_reference(q, k, v, causal, heads, rows_idx.to(q.device))
+    q, k, v, heads, rows_idx, ref = _inputs(B, H, S, D, dtype, causal, device, seed)
     f = flops(B, H, S, D, causal)
     out_rows, timed = {}, {}
     for p in providers:
@@ -196,7 +200,7 @@ def measure_shape(dtype_name: str, B: int, H: int, S: int, D: int, causal: bool,
         except RuntimeError as e:  # an SDPA backend that does not take these inputs
             out_rows[p] = _row(**base, status="refused: " + _short(e))
             continue
-        err = max_error(out, ref, heads, rows_idx.to(out.device))
+        err = max_error(out, ref, heads, rows_idx)
         del out
         tol = CHECK_ATOL.get(dtype, 1e-2)
         if not err <= tol:
@@ -290,10 +294,7 @@ def tune(S: int = 4096, dims=(64, 128), causals=(False, True), dtype_name: str =
     rows = []
     for D in dims:
         for causal in causals:
-            g = torch.Generator(device="cuda").manual_seed(1)
-            q, k, v = (torch.randn(B, H, S, D, generator=g, device="cuda").to(dtype) for _ in range(3))
-            heads, idx = [(0, 0), (B - 1, H - 1)], sample_rows(S).cuda()
-            ref = sample_reference(q, k, v, causal, heads, idx)
+            q, k, v, heads, idx, ref = _inputs(B, H, S, D, dtype, causal, "cuda", seed=1)
             timed = []
             for cfg in configs:
                 row = {"dtype": dtype_name, "B": B, "H": H, "S": S, "D": D, "causal": int(causal), **cfg._asdict(),

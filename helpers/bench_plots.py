@@ -4,19 +4,12 @@ copy in GPU time. Used by ``make bench``, ``make figures`` and the README."""
 
 from __future__ import annotations
 
-import math
-
-from .gpu_data import bench
+from .gpu_data import bench, ok
 from .plots import COLORS, LABELS as _LABELS, new_figure
 
 #: Providers drawn, in legend order (labels as in every figure of the course).
 LABELS = {p: _LABELS[p] for p in ("copy", "torch_naive", "torch_softmax", "torch_compile", "triton_tutorial", "liger",
                                   "fused", "online", "persistent", "split", "split_coop", "softmax")}
-
-
-def _ok(r, key="graph_gbps") -> bool:
-    v = r.get(key)
-    return str(r.get("status")).startswith("ok") and isinstance(v, float) and math.isfinite(v)
 
 
 def plot_bandwidth_vs_n(rows=None, meta=None, M: int = 4096, providers=None):
@@ -29,7 +22,7 @@ def plot_bandwidth_vs_n(rows=None, meta=None, M: int = 4096, providers=None):
     providers = providers or [p for p in LABELS if any(r["provider"] == p for r in rows)]
     for ax, d in zip(axes, dtypes):
         for p in providers:
-            pts = sorted((r["N"], r["graph_gbps"]) for r in rows if r["dtype"] == d and r["M"] == M and r["provider"] == p and _ok(r))
+            pts = sorted((r["N"], r["graph_gbps"]) for r in rows if r["dtype"] == d and r["M"] == M and r["provider"] == p and ok(r, "graph_gbps"))
             if not pts:
                 continue
             xs, ys = zip(*pts)
@@ -55,7 +48,7 @@ def plot_long_rows(rows=None, meta=None, providers=None):
         rows, meta = bench()
     shapes = sorted({(r["M"], r["N"]) for r in rows if r["N"] > 32768 and r["M"] in (1024, 256, 64, 8)}, key=lambda s: s[1])
     dtypes = [d for d in ("float32", "bfloat16") if any(r["dtype"] == d for r in rows)]
-    providers = providers or [p for p in LABELS if p != "copy" and any(r["provider"] == p and r["N"] > 32768 and _ok(r, "graph_frac") for r in rows)]
+    providers = providers or [p for p in LABELS if p != "copy" and any(r["provider"] == p and r["N"] > 32768 and ok(r) for r in rows)]
     fig, axes = new_figure(width=11, height=4.2, ncols=len(dtypes))
     axes = axes if len(dtypes) > 1 else [axes]
     width = 0.8 / max(1, len(providers))
@@ -64,7 +57,7 @@ def plot_long_rows(rows=None, meta=None, providers=None):
             vals = []
             for M, N in shapes:
                 r = next((r for r in rows if r["dtype"] == d and r["M"] == M and r["N"] == N and r["provider"] == p), None)
-                vals.append(r["graph_frac"] if r is not None and _ok(r, "graph_frac") else 0.0)
+                vals.append(r["graph_frac"] if r is not None and ok(r) else 0.0)
             ax.bar([j + i * width for j in range(len(shapes))], vals, width, color=COLORS.get(p), label=LABELS.get(p, p))
         ax.axhline(1.0, color=COLORS["copy"], ls="--", lw=1.5)
         ax.set_xticks([j + 0.4 - width / 2 for j in range(len(shapes))], [f"{M}×{N}" for M, N in shapes], fontsize=8)

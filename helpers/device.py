@@ -34,15 +34,13 @@ def occupancy(n_regs: int, shared_bytes: int, num_warps: int, props: dict) -> di
     for key in PROPS_KEYS:
         if key not in props:
             raise KeyError(f"occupancy(): props is missing {key!r} (see helpers.gpu_props()).")
-        if isinstance(props[key], bool) or not isinstance(props[key], int) or props[key] < 1:
-            raise ValueError(f"occupancy(): props[{key!r}] must be a positive int, got {props[key]!r}.")
-    for name, val, low in (("n_regs", n_regs, 1), ("num_warps", num_warps, 1), ("shared_bytes", shared_bytes, 0)):
+    reserved = props.get("reserved_shared_per_block", 0)
+    for name, val, low in ([(f"props[{key!r}]", props[key], 1) for key in PROPS_KEYS]
+                           + [("n_regs", n_regs, 1), ("num_warps", num_warps, 1), ("shared_bytes", shared_bytes, 0),
+                              ("props['reserved_shared_per_block']", reserved, 0)]):
         if isinstance(val, bool) or not isinstance(val, int) or val < low:
             what = "a positive int" if low else "a non-negative int"
             raise ValueError(f"occupancy(): {name} must be {what}, got {val!r}.")
-    reserved = props.get("reserved_shared_per_block", 0)
-    if isinstance(reserved, bool) or not isinstance(reserved, int) or reserved < 0:
-        raise ValueError(f"occupancy(): props['reserved_shared_per_block'] must be a non-negative int, got {reserved!r}.")
     warp = props["warp_size"]
     regs_per_warp = -(-n_regs * warp // 256) * 256
     per_block_shared = shared_bytes + reserved

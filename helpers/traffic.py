@@ -28,11 +28,15 @@ class Op:
     writes: int
 
 
-def naive_ops(M: int, N: int) -> list[Op]:
-    """The five operations of the naive row-wise softmax with their element reads and writes."""
+def _check_shape(fn_name: str, M, N) -> None:
     for name, v in (("M", M), ("N", N)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"naive_ops: {name} must be a positive int, got {v!r}.")
+            raise ValueError(f"{fn_name}: {name} must be a positive int, got {v!r}.")
+
+
+def naive_ops(M: int, N: int) -> list[Op]:
+    """The five operations of the naive row-wise softmax with their element reads and writes."""
+    _check_shape("naive_ops", M, N)
     MN = M * N
     return [
         Op("max", "x_max = x.max(dim=1)[0]", MN, M),
@@ -56,9 +60,7 @@ KERNEL_PASSES = {
 
 def kernel_traffic(kernel: str, M: int, N: int) -> dict:
     """Element reads and writes of one of the course's kernels on an (M, N) input."""
-    for name, v in (("M", M), ("N", N)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"kernel_traffic: {name} must be a positive int, got {v!r}.")
+    _check_shape("kernel_traffic", M, N)
     if kernel == "naive":
         ops = naive_ops(M, N)
         return {"reads": sum(o.reads for o in ops), "writes": sum(o.writes for o in ops)}
