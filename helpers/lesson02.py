@@ -14,17 +14,8 @@ from .exercises import Wrong, call_attempt, check, expect_close, fmt, fmt_pair
 from .reference import naive_softmax, stable_softmax
 
 #: Integer types with the same width as each floating type (to walk floats by their bit patterns).
-_BITS = {
-    torch.float16: torch.int16,
-    torch.bfloat16: torch.int16,
-    torch.float32: torch.int32,
-    torch.float64: torch.int64,
-}
-
-
-def _check_dtype(dtype) -> None:
-    if dtype not in _BITS:
-        raise ValueError(f"dtype must be one of {[str(d) for d in _BITS]}, got {dtype!r}.")
+_BITS = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.float32: torch.int32,
+         torch.float64: torch.int64}
 
 
 def _from_bits(bits: int, dtype) -> torch.Tensor:
@@ -36,9 +27,10 @@ def _to_bits(value: float, dtype) -> int:
 
 
 def _bisect(dtype, pred) -> tuple[float, float]:
-    """Walk the positive floats of ``dtype`` by bit pattern (which orders them by value): return
-    (largest a with pred(a) True, smallest a with pred(a) False), given pred(1) True and
-    pred(finfo.max) False and pred monotone in between."""
+    """Walk the positive floats of ``dtype`` by bit pattern (which orders them by value): (largest a
+    with pred(a) True, smallest a with pred(a) False), for pred monotone, True at 1, False at the max."""
+    if dtype not in _BITS:
+        raise ValueError(f"dtype must be one of {[str(d) for d in _BITS]}, got {dtype!r}.")
     lo, hi = _to_bits(1.0, dtype), _to_bits(torch.finfo(dtype).max, dtype)
     while hi - lo > 1:
         mid = (lo + hi) // 2
@@ -52,14 +44,12 @@ def _bisect(dtype, pred) -> tuple[float, float]:
 def exp_overflow_threshold(dtype=torch.float16) -> tuple[float, float]:
     """(largest x of ``dtype`` whose ``torch.exp(x)`` is finite, smallest x whose exp is inf),
     found by bisection over every positive value of the type. Close to ln(finfo(dtype).max)."""
-    _check_dtype(dtype)
     return _bisect(dtype, lambda a: bool(torch.isfinite(torch.exp(a))))
 
 
 def exp_underflow_threshold(dtype=torch.float16) -> tuple[float, float]:
     """(most negative x of ``dtype`` whose ``torch.exp(x)`` is still above 0, the next value
     below it, whose exp rounds to 0)."""
-    _check_dtype(dtype)
     keep, lost = _bisect(dtype, lambda a: bool(torch.exp(-a) > 0))
     return -keep, -lost
 
@@ -68,39 +58,38 @@ def _dtype_name(dt) -> str:
     return str(dt).replace("torch.", "")
 
 
-def print_overflow_table(dtypes=(torch.float16, torch.bfloat16, torch.float32)) -> None:
-    """Print, for each dtype, its largest value, ln of it, and the inputs around which
-    ``torch.exp`` overflows to inf."""
-    head = f"{'dtype':<9} {'largest value':>13} {'ln(largest)':>11} {'last finite exp(x)':>20} {'first exp(x) = inf':>20}"
+def _print_table(head: str, rows) -> None:
     print(head)
     print("-" * len(head))
-    for dt in dtypes:
-        big = torch.finfo(dt).max
-        below, above = exp_overflow_threshold(dt)
-        print(f"{_dtype_name(dt):<9} {big:>13.6g} {math.log(big):>11.4f} {'x = ' + format(below, '.10g'):>20} "
-              f"{'x = ' + format(above, '.10g'):>20}")
+    for row in rows:
+        print(row)
+
+
+def _at(x: float) -> str:
+    return "x = " + format(x, ".10g")
+
+
+def print_overflow_table(dtypes=(torch.float16, torch.bfloat16, torch.float32)) -> None:
+    """For each dtype: its largest value, ln of it, and the inputs around which exp overflows to inf."""
+    _print_table(f"{'dtype':<9} {'largest value':>13} {'ln(largest)':>11} {'last finite exp(x)':>20} "
+                 f"{'first exp(x) = inf':>20}",
+                 (f"{_dtype_name(dt):<9} {torch.finfo(dt).max:>13.6g} {math.log(torch.finfo(dt).max):>11.4f} "
+                  + " ".join(f"{_at(v):>20}" for v in exp_overflow_threshold(dt)) for dt in dtypes))
 
 
 def print_underflow_table(dtypes=(torch.float16, torch.bfloat16, torch.float32)) -> None:
-    """Print, for each dtype, its smallest positive value and the inputs around which
-    ``torch.exp`` underflows to 0."""
-    head = f"{'dtype':<9} {'smallest > 0':>13} {'last exp(x) > 0':>20} {'first exp(x) = 0':>20}"
-    print(head)
-    print("-" * len(head))
-    for dt in dtypes:
-        fi = torch.finfo(dt)
-        tiny = fi.smallest_normal * fi.eps  # the smallest subnormal
-        keep, lost = exp_underflow_threshold(dt)
-        print(f"{_dtype_name(dt):<9} {tiny:>13.4g} {'x = ' + format(keep, '.10g'):>20} {'x = ' + format(lost, '.10g'):>20}")
+    """For each dtype: its smallest positive (subnormal) value and the inputs around which exp
+    underflows to 0."""
+    _print_table(f"{'dtype':<9} {'smallest > 0':>13} {'last exp(x) > 0':>20} {'first exp(x) = 0':>20}",
+                 (f"{_dtype_name(dt):<9} {torch.finfo(dt).smallest_normal * torch.finfo(dt).eps:>13.4g} "
+                  + " ".join(f"{_at(v):>20}" for v in exp_underflow_threshold(dt)) for dt in dtypes))
 
 
 def softmax_in_dtype(x: torch.Tensor) -> torch.Tensor:
-    """The max-shift softmax over the last dimension computed entirely in ``x``'s dtype (what
-    ``helpers.stable_softmax`` did before it computed 16-bit inputs in float32): it shows that the
-    shift alone keeps float16 from overflowing, and what 16-bit arithmetic costs in precision."""
+    """The max-shift softmax over the last dimension computed entirely in ``x``'s dtype: the shift
+    alone keeps float16 from overflowing; what 16-bit arithmetic costs in precision."""
     check_tensor(x)
-    row_max = x.max(dim=-1, keepdim=True).values
-    numerator = torch.exp(x - row_max)
+    numerator = torch.exp(x - x.max(dim=-1, keepdim=True).values)
     return numerator / numerator.sum(dim=-1, keepdim=True)
 
 
@@ -111,15 +100,11 @@ def print_float16_sweep(xs=(8.0, 10.0, 10.5, 10.7, 11.0, 11.08, 11.09, 12.0)) ->
     for x in xs:
         row = torch.tensor([x - 2, x - 1, x], dtype=torch.float16)
         e = torch.exp(row)
-        print(
-            f"{float(row[2]):>9.4f} {float(e[2]):>8.6g} {float(e.sum()):>10.6g}   "
-            f"{fmt(naive_softmax(row), 3):<24} {fmt(softmax_in_dtype(row), 3)}"
-        )
+        print(f"{float(row[2]):>9.4f} {float(e[2]):>8.6g} {float(e.sum()):>10.6g}   "
+              f"{fmt(naive_softmax(row), 3):<24} {fmt(softmax_in_dtype(row), 3)}")
 
 
-# --------------------------------------------------------------------------------------------
 # The trick, step by step
-# --------------------------------------------------------------------------------------------
 
 
 def softmax_trace(x: torch.Tensor, stable: bool = True) -> list[tuple[str, str, torch.Tensor]]:
@@ -128,50 +113,35 @@ def softmax_trace(x: torch.Tensor, stable: bool = True) -> list[tuple[str, str, 
     check_tensor(x)
     if x.dim() != 1:
         raise ValueError(f"softmax_trace takes a 1-D tensor, got shape {tuple(x.shape)}: pass one row, e.g. x[0].")
-    steps = [("input", "x", x)]
-    z = x
+    steps, z = [("input", "x", x)], x
     if stable:
-        m = x.max()
-        z = x - m
-        steps += [("max", "m = max(x)", m), ("shift", "z = x - m", z)]
+        z = x - x.max()
+        steps += [("max", "m = max(x)", x.max()), ("shift", "z = x - m", z)]
     e = torch.exp(z)
-    s = e.sum()
-    y = e / s
-    name = "z" if stable else "x"
-    steps += [("exp", f"e = exp({name})", e), ("sum", "s = sum(e)", s), ("normalize", "y = e / s", y)]
-    return steps
+    return steps + [("exp", f"e = exp({'z' if stable else 'x'})", e), ("sum", "s = sum(e)", e.sum()),
+                    ("normalize", "y = e / s", e / e.sum())]
 
 
 def print_trace(x: torch.Tensor, stable: bool = True, digits: int = 4) -> None:
     """Print softmax over a 1-D ``x`` one step at a time, rounded to ``digits`` decimals."""
     steps = softmax_trace(x, stable)
-    label = "stable (max shift)" if stable else "naive (no shift)"
-    print(f"softmax, {label}, in {str(x.dtype).replace('torch.', '')}")
+    print(f"softmax, {'stable (max shift)' if stable else 'naive (no shift)'}, in {_dtype_name(x.dtype)}")
     for i, (step, expr, value) in enumerate(steps):
-        num = "  " if i == 0 else f"{i}."
-        print(f"  {num} {step:<10} {expr:<14} {fmt(value, digits)}")
-    y = steps[-1][2]
-    print(f"     sum of y = {fmt(y.sum(), digits)}")
+        print(f"  {f'{i}.' if i else '  '} {step:<10} {expr:<14} {fmt(value, digits)}")
+    print(f"     sum of y = {fmt(steps[-1][2].sum(), digits)}")
 
 
-# --------------------------------------------------------------------------------------------
 # The float16 sweep
-# --------------------------------------------------------------------------------------------
 
 
 def float16_row_sweep(lo: float = 8.0, hi: float = 12.0) -> dict:
-    """Every float16 value x in [lo, hi], with exp(x) in float16 and the last entry of the softmax
-    of the float16 row [x-2, x-1, x], naive and stable, both computed in float16 (as float lists;
-    inf/NaN kept)."""
+    """Every float16 value x in [lo, hi], exp(x) in float16 and the last entry of the float16 softmax
+    of [x-2, x-1, x], naive and stable (float lists, inf/NaN kept)."""
     a, b = _to_bits(lo, torch.float16), _to_bits(hi, torch.float16)
     xs = torch.arange(a, b + 1, dtype=torch.int16).view(torch.float16)
     rows = torch.stack([xs - 2, xs - 1, xs], dim=1)
-    return {
-        "x": xs.float().tolist(),
-        "exp": torch.exp(xs).float().tolist(),
-        "naive": naive_softmax(rows)[:, 2].float().tolist(),
-        "stable": softmax_in_dtype(rows)[:, 2].float().tolist(),
-    }
+    return {"x": xs.float().tolist(), "exp": torch.exp(xs).float().tolist(),
+            "naive": naive_softmax(rows)[:, 2].float().tolist(), "stable": softmax_in_dtype(rows)[:, 2].float().tolist()}
 
 
 def plot_float16_overflow():
@@ -180,9 +150,7 @@ def plot_float16_overflow():
     import numpy as np
 
     d = float16_row_sweep(8.0, 12.0)
-    x = np.array(d["x"])
-    e16 = np.array(d["exp"])
-    over = exp_overflow_threshold(torch.float16)[1]
+    x, e16, naive, stable = (np.array(d[k]) for k in ("x", "exp", "naive", "stable"))
     ln_max = math.log(torch.finfo(torch.float16).max)
     # The sum exp(x-2) + exp(x-1) + exp(x) = exp(x) (1 + 1/e + 1/e^2) overflows first.
     sum_over = ln_max - math.log(1 + math.exp(-1) + math.exp(-2))
@@ -191,8 +159,7 @@ def plot_float16_overflow():
     fin = np.isfinite(e16)
     ax1.plot(x, np.exp(x), color="#999999", lw=3, label="exact exp(x)")
     ax1.plot(x[fin], e16[fin], ".", ms=2.5, color=plots.COLORS["fused"], label="exp(x) in float16")
-    top = 2.2e5
-    ax1.plot(x[~fin], np.full((~fin).sum(), top), "x", ms=3, color=plots.COLORS["naive"], label="inf in float16")
+    ax1.plot(x[~fin], np.full((~fin).sum(), 2.2e5), "x", ms=3, color=plots.COLORS["naive"], label="inf in float16")
     ax1.axhline(torch.finfo(torch.float16).max, color="#444444", ls=":", lw=1)
     ax1.text(8.05, 65504 * 1.15, "largest float16: 65504", fontsize=8)
     ax1.axvline(ln_max, color=plots.COLORS["naive"], ls="--", lw=1)
@@ -203,8 +170,6 @@ def plot_float16_overflow():
     ax1.set_title("exp(x) in float16 overflows past x = 11.09")
     ax1.legend(loc="upper left", fontsize=8, frameon=False)
 
-    naive = np.array(d["naive"])
-    stable = np.array(d["stable"])
     ok = np.isfinite(naive)
     ax2.axvspan(8.0, sum_over, color="#2ca02c", alpha=0.08)
     ax2.axvspan(sum_over, ln_max, color="#ff7f0e", alpha=0.12)
@@ -224,15 +189,12 @@ def plot_float16_overflow():
     return fig
 
 
-# --------------------------------------------------------------------------------------------
 # 16-bit inputs: why softmax computes them in float32
-# --------------------------------------------------------------------------------------------
 
 
 def print_float16_long_row(n: int = 65536) -> None:
-    """A float16 row of ``n`` zeros: its max-shifted exps are all 1, their sum is ``n``, and float16
-    stops at 65504. Printed: the sum and the first probability, computed in float16 and by
-    ``helpers.stable_softmax`` (in float32), against 1/n."""
+    """A float16 row of ``n`` zeros: the sum of its max-shifted exps is ``n``, past float16's 65504;
+    the sum and the first probability in float16 and by ``helpers.stable_softmax`` (float32 inside)."""
     x = torch.zeros(1, n, dtype=torch.float16)
     s16 = torch.exp(x - x.max()).sum()
     y16, y32 = softmax_in_dtype(x), stable_softmax(x)
@@ -244,9 +206,9 @@ def print_float16_long_row(n: int = 65536) -> None:
 
 
 def bfloat16_errors(x: torch.Tensor) -> dict:
-    """Largest relative error against the float64 softmax of a bfloat16 ``x``, computed in bfloat16
-    (``softmax_in_dtype``), by ``helpers.stable_softmax`` (float32 inside) and by torch.softmax;
-    and, at the element where bfloat16 arithmetic is worst, x - max exactly and as bfloat16 holds it."""
+    """Largest relative error against the float64 softmax of a bfloat16 ``x``: computed in bfloat16,
+    by ``helpers.stable_softmax`` (float32 inside) and by torch.softmax; and, at the element where
+    bfloat16 arithmetic is worst, x - max exactly and as bfloat16 holds it (and its probability)."""
     if x.dtype != torch.bfloat16:
         raise ValueError(f"bfloat16_errors takes a bfloat16 tensor, got {x.dtype}.")
     ref = torch.softmax(x.double(), dim=-1)
@@ -268,8 +230,7 @@ def bfloat16_errors(x: torch.Tensor) -> dict:
 
 
 def print_bfloat16_errors(x: torch.Tensor) -> None:
-    """Print ``bfloat16_errors(x)``: the three largest relative errors next to bfloat16's tolerance
-    (``helpers.TOLERANCES``), and the worst element's shifted argument, exact and rounded."""
+    """``bfloat16_errors(x)`` next to bfloat16's tolerance (``helpers.TOLERANCES``)."""
     from .reference import TOLERANCES
 
     e = bfloat16_errors(x)
@@ -284,9 +245,8 @@ def print_bfloat16_errors(x: torch.Tensor) -> None:
 
 
 def bfloat16_running_sum(n: int = 2048, denom: int = 512) -> tuple[float, float]:
-    """(a running sum of ``n`` terms 1/``denom`` kept in bfloat16, ``torch.sum`` of the same bfloat16
-    terms): the running sum stops growing once a term is 1/256 of it (8 significant bits);
-    ``torch.sum`` accumulates in float32 and rounds once."""
+    """(a running sum of ``n`` terms 1/``denom`` kept in bfloat16, ``torch.sum`` of the same terms): the
+    running sum stalls once a term is 1/256 of it; ``torch.sum`` accumulates in float32."""
     terms = torch.full((n,), 1 / denom, dtype=torch.bfloat16)
     s = torch.zeros((), dtype=torch.bfloat16)
     for t in terms:
@@ -295,16 +255,13 @@ def bfloat16_running_sum(n: int = 2048, denom: int = 512) -> tuple[float, float]
 
 
 def print_bfloat16_running_sum(n: int = 2048, denom: int = 512) -> None:
-    """Print ``bfloat16_running_sum``: the running sum, torch.sum and the exact sum."""
     running, summed = bfloat16_running_sum(n, denom)
     print(f"{n} terms of 1/{denom} in bfloat16: a running sum kept in bfloat16 gives {running:g}, "
           f"torch.sum gives {summed:g}, exactly {n / denom:g}")
 
 
 #: Figures of this lesson, by the name ``helpers.plots.save`` writes them under.
-FIGURES = {
-    "02_float16_overflow": plot_float16_overflow,
-}
+FIGURES = {"02_float16_overflow": plot_float16_overflow}
 
 
 # Exercise checkers: each prints one line (correct / not yet / wrong) and never raises.
