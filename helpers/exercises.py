@@ -115,6 +115,13 @@ def _pair_numbers(a: float, b: float, digits: int) -> tuple[str, str]:
     return repr(a), repr(b)
 
 
+def same_values(got, want: torch.Tensor, atol: float, rtol: float) -> bool:
+    """True if ``got`` is a tensor of ``want``'s shape with the same values: NaN and infinities in the
+    same places, the finite values close (to recognize a known wrong answer by what it returns)."""
+    return (isinstance(got, torch.Tensor) and got.shape == want.shape and torch.allclose(
+        got.detach().cpu().double(), want.detach().cpu().double(), atol=atol, rtol=rtol, equal_nan=True))
+
+
 def _unattempted(answer) -> bool:
     return answer is None or answer is Ellipsis or answer is NotImplemented
 

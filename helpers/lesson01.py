@@ -1,41 +1,30 @@
-"""Lesson 01 · Naive softmax in PyTorch: traffic tables, the roofline, figures and exercise checkers.
-
-The traffic numbers come from ``helpers.traffic`` (one place counts them); this module turns them
-into a table, a figure and an arithmetic-intensity estimate. The GPU numbers are the course's
-recorded GPU (``figures/data/device_props.csv``, the H100): its DRAM peak from clocks and its
-measured copy bandwidth; only the fp32 peak uses a datasheet number (the boost clock).
-"""
+"""Lesson 01 · Naive softmax in PyTorch: the traffic of the five ops (counted by ``helpers.traffic``),
+the roofline of the recorded GPU (``figures/data/device_props.csv``), figures and exercise checkers."""
 
 from __future__ import annotations
 
 import torch
 
 from . import gpu_data, plots
-from .exercises import Wrong, check, expect_close, fmt, call_attempt
+from .exercises import Wrong, call_attempt, check, expect_close, fmt, same_values
 from .reference import reference_softmax, stable_softmax
 from .traffic import kernel_traffic, naive_ops
 
-# --------------------------------------------------------------------------------------------
 # Traffic of the naive five-op softmax
-# --------------------------------------------------------------------------------------------
 
 
 def traffic_rows(M: int, N: int) -> list[dict]:
     """One dict per operation of the naive row-wise softmax (name, code, reads, writes, in
     elements), then one for the naive total and one for a fused kernel."""
     rows = [{"name": o.name, "code": o.code, "reads": o.reads, "writes": o.writes} for o in naive_ops(M, N)]
-    naive = kernel_traffic("naive", M, N)
-    fused = kernel_traffic("fused", M, N)
-    rows.append({"name": "naive total", "code": "", **naive})
-    rows.append({"name": "fused kernel", "code": "y = softmax(x) in one kernel", **fused})
-    return rows
+    return rows + [{"name": "naive total", "code": "", **kernel_traffic("naive", M, N)},
+                   {"name": "fused kernel", "code": "y = softmax(x) in one kernel", **kernel_traffic("fused", M, N)}]
 
 
 def print_traffic_table(M: int, N: int, element_size: int = 4) -> None:
     """Print the DRAM reads and writes of each naive op for an (M, N) input, in elements and in
     MB (10**6 bytes) for ``element_size``-byte elements, with the totals and the fused kernel."""
-    rows = traffic_rows(M, N)
-    mb = element_size / 1e6
+    rows, mb = traffic_rows(M, N), element_size / 1e6
     print(f"M = {M}, N = {N}, {element_size}-byte elements (MN = {M * N:,})")
     head = f"{'operation':<13} {'reads':>12} {'writes':>12} {'reads MB':>9} {'writes MB':>9}"
     print(head)
@@ -52,14 +41,11 @@ def print_traffic_table(M: int, N: int, element_size: int = 4) -> None:
 def plot_naive_traffic(M: int = 4096, N: int = 1024):
     """Reads and writes of each naive op, in units of MN, next to the naive total and a fused
     kernel's: the five-op version moves about 8MN elements, the fused kernel 2MN."""
-    rows = traffic_rows(M, N)
-    MN = M * N
+    rows, MN = traffic_rows(M, N), M * N
     fig, (ax1, ax2) = plots.new_figure(9.0, 3.6, ncols=2)
     read_c, write_c = "#7f9fc9", "#e0915a"
-    ops = rows[:-2]
-    names = [r["name"] for r in ops]
-    reads = [r["reads"] / MN for r in ops]
-    writes = [r["writes"] / MN for r in ops]
+    names = [r["name"] for r in rows[:-2]]
+    reads, writes = ([r[k] / MN for r in rows[:-2]] for k in ("reads", "writes"))
     ax1.bar(names, reads, color=read_c, label="reads")
     ax1.bar(names, writes, bottom=reads, color=write_c, label="writes")
     ax1.set_ylabel("elements moved (units of MN)")
@@ -67,10 +53,8 @@ def plot_naive_traffic(M: int = 4096, N: int = 1024):
     ax1.set_ylim(0, 2.6)
     ax1.legend(loc="upper right", ncols=2, frameon=False)
 
-    tot = rows[-2:]
     labels = ["naive (5 ops)", "fused kernel"]
-    r2 = [r["reads"] / MN for r in tot]
-    w2 = [r["writes"] / MN for r in tot]
+    r2, w2 = ([r[k] / MN for r in rows[-2:]] for k in ("reads", "writes"))
     ax2.bar(labels, r2, color=read_c, label="reads", width=0.5)
     ax2.bar(labels, w2, bottom=r2, color=write_c, label="writes", width=0.5)
     for i, (a, b) in enumerate(zip(r2, w2)):
@@ -82,9 +66,7 @@ def plot_naive_traffic(M: int = 4096, N: int = 1024):
     return fig
 
 
-# --------------------------------------------------------------------------------------------
 # Arithmetic intensity and the roofline
-# --------------------------------------------------------------------------------------------
 
 #: fp32 lanes per SM of a Hopper GPU (H100, H200), and its boost clock (NVIDIA's H100 SXM
 #: datasheet): device_props.csv records neither, so the compute roof is the one datasheet number.
@@ -93,13 +75,10 @@ BOOST_CLOCK_HZ = 1.98e9
 
 
 def recorded_gpu() -> dict:
-    """The course's GPU as ``figures/data/device_props.csv`` recorded it (the H100): its name, SM
-    count, the DRAM peak from its memory clock and bus width, the measured bandwidth of
-    ``y.copy_(x)`` on 1 GiB (eager time and GPU time, bytes read + written), the fp32 peak
-    (SMs x 128 lanes x 2 FLOP per fused multiply-add x the datasheet's boost clock), the provenance.
-
-    ``name``, ``fp32_flops`` and ``bytes_per_s`` (the DRAM peak: the memory roof) are what
-    ``ridge_point``, ``print_time_estimate`` and ``plot_roofline`` use."""
+    """The course's GPU as ``figures/data/device_props.csv`` recorded it (the H100): name, SMs, the
+    DRAM peak from its memory clock and bus width (``bytes_per_s``: the memory roof), the measured
+    ``y.copy_(x)`` of 1 GiB (eager and GPU time), the fp32 peak (SMs x 128 lanes x 2 FLOP x the
+    boost clock), the provenance."""
     props, meta = gpu_data.device_props(live=False)
     sms = int(props["sm_count"])
     return {
@@ -115,8 +94,7 @@ def recorded_gpu() -> dict:
 
 
 def print_gpu(gpu: dict | None = None) -> None:
-    """Print the recorded GPU's peaks: DRAM peak, measured copy (eager and GPU time), fp32 peak,
-    and where they come from."""
+    """Print the recorded GPU's peaks (DRAM, measured copy, fp32) and where they come from."""
     g = recorded_gpu() if gpu is None else gpu
     peak = g["bytes_per_s"]
     print(f"{g['full_name']} (figures/data/device_props.csv)")
@@ -130,14 +108,13 @@ def print_gpu(gpu: dict | None = None) -> None:
 
 
 #: Floating-point operations per element of softmax: compare (max), subtract, exp, add (sum),
-#: divide. ``exp`` is really a few instructions on the GPU's special-function unit; counting it
-#: as one keeps the estimate simple and does not change the conclusion.
+#: divide (``exp`` counted as one: a few instructions would not change the conclusion).
 SOFTMAX_FLOPS_PER_ELEMENT = 5
 
 
 def ridge_point(gpu: dict | None = None) -> float:
-    """FLOPs per byte at which a kernel stops being limited by memory and starts being limited
-    by arithmetic: peak FLOP/s divided by peak bytes/s (default: the recorded GPU)."""
+    """FLOPs per byte where a kernel turns from memory-bound to compute-bound: peak FLOP/s / peak
+    bytes/s (default: the recorded GPU)."""
     g = recorded_gpu() if gpu is None else gpu
     return g["fp32_flops"] / g["bytes_per_s"]
 
@@ -149,8 +126,7 @@ def softmax_intensity(kernel: str = "fused", element_size: int = 4, M: int = 409
 
 
 def print_time_estimate(M: int, N: int, element_size: int = 4, gpu: dict | None = None) -> None:
-    """Print how long the arithmetic and the memory traffic of softmax would take at the GPU's
-    peak rates (default: the recorded GPU)."""
+    """Print how long softmax's arithmetic and memory traffic take at the GPU's peak rates."""
     g = recorded_gpu() if gpu is None else gpu
     flops = SOFTMAX_FLOPS_PER_ELEMENT * M * N
     t_compute = flops / g["fp32_flops"]
@@ -165,14 +141,13 @@ def print_time_estimate(M: int, N: int, element_size: int = 4, gpu: dict | None 
 
 
 def plot_roofline(gpu: dict | None = None):
-    """The roofline of ``gpu`` (default: the recorded GPU; attainable FLOP/s against arithmetic
-    intensity) with softmax, naive and fused, far to the left of the ridge point."""
+    """The roofline of ``gpu`` (default: the recorded GPU) with softmax, naive and fused, far to the
+    left of the ridge point."""
     import numpy as np
 
     gpu = recorded_gpu() if gpu is None else gpu
     fig, ax = plots.new_figure(7.0, 3.8)
-    peak, bw = gpu["fp32_flops"], gpu["bytes_per_s"]
-    ridge = ridge_point(gpu)
+    peak, bw, ridge = gpu["fp32_flops"], gpu["bytes_per_s"], ridge_point(gpu)
     ai = np.logspace(-2, 3, 200)
     ax.plot(ai, np.minimum(peak, ai * bw) / 1e12, color="#333333", lw=2)
     ax.axvline(ridge, color="#888888", ls="--", lw=1)
@@ -186,45 +161,27 @@ def plot_roofline(gpu: dict | None = None):
         ax.plot([x], [y], "o", color=color, ms=8)
         ax.annotate(f"softmax, {kernel}\n{x:.2f} FLOP/byte", (x, y), xytext=where, fontsize=9, color=color,
                     ha="center", va="center", arrowprops=dict(arrowstyle="-", color=color, lw=0.8))
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlim(1e-2, 1e3)
-    ax.set_ylim(1e-2, 300)
-    ax.set_xlabel("arithmetic intensity (FLOP per byte of DRAM traffic)")
-    ax.set_ylabel("attainable TFLOP/s")
+    ax.set(xscale="log", yscale="log", xlim=(1e-2, 1e3), ylim=(1e-2, 300),
+           xlabel="arithmetic intensity (FLOP per byte of DRAM traffic)", ylabel="attainable TFLOP/s")
     ax.set_title(f"Roofline of the {gpu['name']}, fp32: softmax sits on the memory roof", fontsize=10)
     return fig
 
 
 #: Figures of this lesson, by the name ``helpers.plots.save`` writes them under.
-FIGURES = {
-    "01_naive_traffic": plot_naive_traffic,
-    "01_roofline": plot_roofline,
-}
+FIGURES = {"01_naive_traffic": plot_naive_traffic, "01_roofline": plot_roofline}
 
 
-# --------------------------------------------------------------------------------------------
 # Exercise checkers: each prints one line (correct / not yet / wrong) and never raises.
-# --------------------------------------------------------------------------------------------
-
-
-_call = call_attempt  # one definition, shared by every lesson's checkers
 
 
 def _trial_1_1(softmax_1d) -> str:
     torch.manual_seed(0)
-    cases = [
-        torch.tensor([1.0, 2.0, 3.0]),
-        torch.tensor([0.0, 0.0]),
-        torch.tensor([5.0]),
-        torch.tensor([-1.0, 0.5, 2.0, -3.0]),
-        torch.randn(10),
-        torch.randn(6, dtype=torch.float64),
-    ]
+    cases = [torch.tensor([1.0, 2.0, 3.0]), torch.tensor([0.0, 0.0]), torch.tensor([5.0]),
+             torch.tensor([-1.0, 0.5, 2.0, -3.0]), torch.randn(10), torch.randn(6, dtype=torch.float64)]
     worst = 0.0
     for x in cases:
         before = x.clone()
-        got = _call(softmax_1d, x)
+        got = call_attempt(softmax_1d, x)
         if not torch.equal(x, before):
             raise Wrong(f"your function changed its input {fmt(before)}: compute into a new tensor instead")
         try:
@@ -249,9 +206,7 @@ SOFTMAX_1D_MISTAKES = [
 def _gives(fn, x, got) -> bool:
     """True if the mistake ``fn`` returns ``got`` on ``x`` (the same values, NaN and inf included)."""
     try:
-        want = fn(x)
-        return (isinstance(got, torch.Tensor) and got.shape == want.shape
-                and torch.allclose(got.detach().cpu().double(), want.double(), atol=1e-6, rtol=1e-5, equal_nan=True))
+        return same_values(got, fn(x), atol=1e-6, rtol=1e-5)
     except Exception:
         return False
 
@@ -268,18 +223,15 @@ def three_op_traffic_answer(M: int, N: int) -> tuple[int, int]:
 
 def _trial_1_2(three_op_traffic) -> str:
     for M, N in ((1, 1), (2, 3), (7, 5), (4096, 1024)):
-        got = _call(three_op_traffic, M, N)
+        got = call_attempt(three_op_traffic, M, N)
         if not isinstance(got, (tuple, list)) or len(got) != 2:
             raise Wrong(f"return a pair (reads, writes), got {type(got).__name__} {fmt(got)}")
         reads, writes = got
         want_r, want_w = three_op_traffic_answer(M, N)
         bad = [name for name, g, w in (("reads", reads, want_r), ("writes", writes, want_w)) if g != w]
         if bad:
-            raise Wrong(
-                f"for M={M}, N={N} you returned (reads, writes) = ({reads}, {writes}); "
-                f"the {' and the '.join(bad)} are off: "
-                f"count each of the three lines as in the table above"
-            )
+            raise Wrong(f"for M={M}, N={N} you returned (reads, writes) = ({reads}, {writes}); the "
+                        f"{' and the '.join(bad)} are off: count each of the three lines as in the table above")
     return "3MN + M reads, 2MN + M writes"
 
 
@@ -288,25 +240,22 @@ def check_1_2(three_op_traffic) -> None:
     check("1.2", "traffic of a three-op softmax", three_op_traffic, _trial_1_2)
 
 
-def _shift_cases():
-    """(description, function, is it shift-invariant over the last dim?) for exercise 1.3."""
-    return [
-        ("torch.softmax(x, dim=-1)", lambda t: torch.softmax(t, dim=-1), True),
-        ("helpers.stable_softmax", stable_softmax, True),
-        ("torch.exp", torch.exp, False),
-        ("x / x.sum(dim=-1)", lambda t: t / t.sum(dim=-1, keepdim=True), False),
-        ("softmax(2 * x)", lambda t: torch.softmax(2 * t, dim=-1), True),
-        ("x - x.mean(dim=-1)", lambda t: t - t.mean(dim=-1, keepdim=True), True),
-        ("softmax(x ** 2)", lambda t: torch.softmax(t * t, dim=-1), False),
-    ]
+#: Exercise 1.3's functions: (description, function, is it shift-invariant over the last dim?).
+SHIFT_CASES = [
+    ("torch.softmax(x, dim=-1)", lambda t: torch.softmax(t, dim=-1), True),
+    ("helpers.stable_softmax", stable_softmax, True),
+    ("torch.exp", torch.exp, False),
+    ("x / x.sum(dim=-1)", lambda t: t / t.sum(dim=-1, keepdim=True), False),
+    ("softmax(2 * x)", lambda t: torch.softmax(2 * t, dim=-1), True),
+    ("x - x.mean(dim=-1)", lambda t: t - t.mean(dim=-1, keepdim=True), True),
+    ("softmax(x ** 2)", lambda t: torch.softmax(t * t, dim=-1), False),
+]
 
 
 def _as_bool(v):
-    if isinstance(v, bool):
-        return v
-    if isinstance(v, torch.Tensor) and v.numel() == 1 and v.dtype == torch.bool:
-        return bool(v)
-    if type(v).__name__ == "bool_":  # numpy.bool_
+    """``v`` as a bool if it is one (a Python or numpy bool, a one-element bool tensor), else None."""
+    if isinstance(v, bool) or type(v).__name__ == "bool_" or (
+            isinstance(v, torch.Tensor) and v.numel() == 1 and v.dtype == torch.bool):
         return bool(v)
     return None
 
@@ -314,8 +263,8 @@ def _as_bool(v):
 def _trial_1_3(is_shift_invariant) -> None:
     torch.manual_seed(1)
     x = torch.rand(3, 5, dtype=torch.float64) + 0.5
-    for desc, f, truth in _shift_cases():
-        got = _call(is_shift_invariant, f, x.clone())
+    for desc, f, truth in SHIFT_CASES:
+        got = call_attempt(is_shift_invariant, f, x.clone())
         b = _as_bool(got)
         if b is None:
             raise Wrong(f"return True or False, got {type(got).__name__} for f = {desc}")

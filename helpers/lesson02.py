@@ -10,7 +10,7 @@ import torch
 
 from . import plots
 from .checks import check_tensor
-from .exercises import Wrong, call_attempt, check, expect_close, fmt, fmt_pair
+from .exercises import Wrong, call_attempt, check, expect_close, fmt, fmt_pair, same_values
 from .reference import naive_softmax, stable_softmax
 
 #: Integer types with the same width as each floating type (to walk floats by their bit patterns).
@@ -266,9 +266,6 @@ FIGURES = {"02_float16_overflow": plot_float16_overflow}
 
 # Exercise checkers: each prints one line (correct / not yet / wrong) and never raises.
 
-_call = call_attempt  # one definition, shared by every lesson's checkers
-
-
 def _tol(x: torch.Tensor) -> dict:
     return dict(atol=2e-2, rtol=2e-3) if x.dtype in (torch.float16, torch.bfloat16) else dict(atol=1e-5, rtol=1e-5)
 
@@ -277,18 +274,6 @@ def _nonfinite_hint(got, ref, x, what: str) -> None:
     if isinstance(got, torch.Tensor) and got.shape == ref.shape:
         if (torch.isfinite(ref) & ~torch.isfinite(got.detach().cpu().double())).any():
             raise Wrong(f"on input {fmt(x)} you returned {fmt(got)}: {what}")
-
-
-def _same_output(got, cand, tol: dict) -> bool:
-    """True if ``got`` is what the mistake ``cand`` gives: the same infinities and NaNs in the same
-    places, and the finite values close."""
-    if not isinstance(got, torch.Tensor) or got.shape != cand.shape:
-        return False
-    g, c = got.detach().cpu().double(), cand.detach().cpu().double()
-    if not all(torch.equal(test(g), test(c)) for test in (torch.isnan, torch.isposinf, torch.isneginf)):
-        return False
-    fin = torch.isfinite(c)
-    return bool(((g[fin] - c[fin]).abs() <= tol["atol"] + tol["rtol"] * c[fin].abs()).all())
 
 
 def _passes(fn, args, ref, tol: dict) -> bool:
@@ -312,7 +297,7 @@ def _diagnose(got, args, mistakes, earlier, reference) -> str | None:
                 cand = fn(*args)
         except Exception:
             continue
-        if _same_output(got, cand, _tol(args[0])):
+        if same_values(got, cand, **_tol(args[0])):
             return hint
     return None
 
@@ -350,7 +335,7 @@ def _trial_shifting(attempt, cases, reference, mistakes, describe, compare) -> d
     for args in cases:
         x = args[0]
         before = x.clone()
-        got = _call(attempt, *args)
+        got = call_attempt(attempt, *args)
         if not torch.equal(x, before):
             raise Wrong(f"your function changed its input {fmt(before)}: compute into a new tensor instead")
         try:
@@ -637,7 +622,7 @@ def _trial_2_4(masked_softmax) -> str:
     worst = 0.0
     for x, mask in _masked_cases():
         xb, mb = x.clone(), mask.clone()
-        got = _call(masked_softmax, x, mask)
+        got = call_attempt(masked_softmax, x, mask)
         if not torch.equal(x, xb):
             raise Wrong(f"your function changed its input {fmt(xb)}: mask a copy (x.masked_fill, not "
                         f"x.masked_fill_) instead")
