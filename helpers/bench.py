@@ -7,9 +7,8 @@ the lessons and the README show (``figures/data/``), with provenance.
     python -m helpers.bench launch    # host µs per call of each way to launch a kernel -> launch_<gpu>.csv
     python -m helpers.bench all
 
-How each case is timed (GPU time, eager time, host time per call) is ``helpers.measure``'s
-docstring. The sweep writes ``figures/data/bench_<gpu>.csv`` (``--out`` names another file, e.g.
-a second run for the run-to-run check) and redraws the README's figures from the lessons' GPU.
+How each case is timed is ``helpers.measure``'s docstring. ``--out`` names another file for the
+sweep (e.g. a second run for the run-to-run check).
 """
 
 from __future__ import annotations

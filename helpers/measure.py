@@ -3,19 +3,18 @@
 Three numbers per case, in the same run, with ``y.copy_(x)`` on the same tensor timed the same way
 (the practical ceiling of a memory-bound kernel):
 
-- **GPU time** (``graph_ms``): ``triton.testing.do_bench_cudagraph``, the kernel alone. Many calls are
-  captured in one CUDA graph and replayed, so no host work sits between them. L2 is not flushed:
-  a tensor that fits in L2 (50 MiB on an H100, 60 MiB on an H200) is read from it.
-- **Eager time** (``ms``): ``triton.testing.do_bench``, a Python loop of calls, what a model sees.
-  ``do_bench`` clears L2 before each call (a 256 MB memset), which gives the host a head start of
-  about that long: a call whose host path is shorter than the clear is measured at its GPU speed
-  from DRAM; a longer one is measured at the host's speed, and which one happens can change from
-  run to run. That is a finding (the wrapper is launch-bound), not noise.
+- **GPU time** (``graph_ms``): ``triton.testing.do_bench_cudagraph``, the kernel alone, calls replayed
+  from one CUDA graph. L2 is not flushed: a tensor that fits in L2 (50 MiB on an H100, 60 MiB on
+  an H200) is read from it.
+- **Eager time** (``ms``): ``triton.testing.do_bench``, a Python loop of calls, what a model sees. Its
+  L2 clear before each call (a 256 MB memset) gives the host a head start: a call whose host path
+  is shorter is measured at its GPU speed, a longer one at the host's, and which one happens can
+  change from run to run. That is a finding (the wrapper is launch-bound), not noise.
 - **Host time per call** (``host_us``): the best of 3 loops of 200 calls with no synchronization
   inside, in microseconds: the cost of the Python and launch path.
 
-``spread`` is (max - min) / median of a provider's eager rounds, ``graph_spread`` the same for GPU
-time. Every output is checked against a float64 softmax before it is timed.
+``spread`` and ``graph_spread`` are (max - min) / median of the rounds. Every output is checked
+against a float64 softmax before it is timed.
 """
 
 from __future__ import annotations

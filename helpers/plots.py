@@ -19,21 +19,10 @@ from .gpu_data import FIGURES_DIR  # noqa: E402
 
 #: One color per provider/kernel, the same in every figure of the course.
 COLORS = {
-    "copy": "#444444",
-    "torch_naive": "#d62728",
-    "naive": "#d62728",
-    "torch_softmax": "#1f77b4",
-    "torch_compile": "#17becf",
-    "fused": "#ff7f0e",
-    "three_pass": "#bcbd22",
-    "online": "#2ca02c",
-    "persistent": "#9467bd",
-    "softmax": "#000000",
-    "split": "#e377c2",
-    "split_coop": "#8c564b",
-    "tiled": "#7f7f7f",
-    "triton_tutorial": "#e6ab02",
-    "liger": "#7570b3",
+    "copy": "#444444", "torch_naive": "#d62728", "naive": "#d62728", "torch_softmax": "#1f77b4",
+    "torch_compile": "#17becf", "fused": "#ff7f0e", "three_pass": "#bcbd22", "online": "#2ca02c",
+    "persistent": "#9467bd", "softmax": "#000000", "split": "#e377c2", "split_coop": "#8c564b", "tiled": "#7f7f7f",
+    "triton_tutorial": "#e6ab02", "liger": "#7570b3",
 }
 
 #: How each provider is named in tables and legends, the same in every lesson.
@@ -85,16 +74,8 @@ def set_n_axis(ax, ns, label_text: str = "N (columns per row)") -> None:
     ax.set_xlabel(label_text)
 
 
-STYLE = {
-    "figure.dpi": 100,
-    "savefig.dpi": 120,
-    "axes.grid": True,
-    "grid.alpha": 0.3,
-    "axes.spines.top": False,
-    "axes.spines.right": False,
-    "font.size": 10,
-    "svg.hashsalt": "softmax-course",
-}
+STYLE = {"figure.dpi": 100, "savefig.dpi": 120, "axes.grid": True, "grid.alpha": 0.3, "axes.spines.top": False,
+         "axes.spines.right": False, "font.size": 10, "svg.hashsalt": "softmax-course"}
 plt.rcParams.update(STYLE)
 
 
