@@ -12,6 +12,7 @@ import triton
 from . import data, plots
 from .exercises import Wrong, call_attempt, check, fmt, fmt_pair, guarded, launch_learner_kernel
 from .kernels import softmax_online, softmax_split, softmax_split_coop, softmax_split_coop_kernel, softmax_split_stats_kernel
+from .launch import check_positive_int
 from .measure import DTYPES, measure_shape, providers, require_gpu
 from .mode import DEVICE, ON_GPU
 from .reference import round_up_err
@@ -29,8 +30,7 @@ def slice_stats(x: torch.Tensor, slices: int, slice_len: int | None = None) -> t
     ceil(N / slices)) and reduce each to (m, d), its max and sum of exp(x - m); empty: (-inf, 0)."""
     if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dim() == 0:
         raise TypeError("slice_stats: x must be a floating tensor with at least one dimension.")
-    if isinstance(slices, bool) or not isinstance(slices, int) or slices < 1:
-        raise ValueError(f"slice_stats: slices must be a positive int, got {slices!r}.")
+    check_positive_int("slice_stats", "slices", slices, allow_none=False)
     N = x.shape[-1]
     L = slice_len if slice_len is not None else max(1, -(-N // slices))
     if L * slices < N:
@@ -144,20 +144,18 @@ def plot_row_cut(M: int = 3, slices: int = 4):
 
 def plot_traffic():
     """DRAM traffic of each design in units of MN: read x, read it again (hatched: from L2), write y."""
-    fig, ax = plots.new_figure(7.6, 3.6)
     names = ["online (04)\none program per row", "split, two launches\nx larger than L2",
              "split, two launches\nx fits in L2", "split, cooperative\none launch"]
-    again, again_l2 = [1, 1, 0, 0], [0, 0, 1, 0]
-    xs = range(len(names))
-    ax.bar(xs, 1, color="#7f9fc9", label="read x (DRAM)", width=0.55)
-    ax.bar(xs, again, bottom=1, color="#4f74a8", label="read x again (DRAM)", width=0.55)
-    ax.bar(xs, again_l2, bottom=1, color="white", edgecolor="#4f74a8", hatch="///",
-           label="read x again (from L2: no DRAM)", width=0.55)
-    ax.bar(xs, 1, bottom=[1 + a + b for a, b in zip(again, again_l2)], color="#e0915a", label="write y (DRAM)", width=0.55)
-    for i in xs:
-        ax.text(i, 2 + again[i] + again_l2[i] + 0.08, f"{2 + again[i]} MN from DRAM", ha="center", fontsize=9)
-    ax.set_xticks(list(xs), names, fontsize=8.5)
-    ax.set(ylabel="elements moved (units of MN)", ylim=(0, 4.1))
+    moved = pd.DataFrame({"read x (DRAM)": 1, "read x again (DRAM)": [1, 1, 0, 0],
+                          "read x again (from L2: no DRAM)": [0, 0, 1, 0], "write y (DRAM)": 1}, index=names)
+    fig, ax = plots.new_figure(7.6, 3.6)
+    moved.plot.bar(stacked=True, ax=ax, width=0.55, rot=0, color=["#7f9fc9", "#4f74a8", "white", "#e0915a"],
+                   ylabel="elements moved (units of MN)", ylim=(0, 4.1))
+    for bar in ax.containers[2]:  # the second read served by L2: hatched, no DRAM traffic
+        bar.set(edgecolor="#4f74a8", hatch="///")
+    for i, dram in enumerate(moved.sum(axis=1) - moved["read x again (from L2: no DRAM)"]):
+        ax.text(i, moved.iloc[i].sum() + 0.08, f"{dram} MN from DRAM", ha="center", fontsize=9)
+    ax.tick_params(axis="x", labelsize=8.5)
     ax.legend(loc="upper right", fontsize=8, frameon=False, ncols=2)
     ax.set_title("DRAM traffic of each design (the copy, the floor, moves 2 MN)", fontsize=10)
     return fig
