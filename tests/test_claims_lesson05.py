@@ -208,7 +208,7 @@ def test_peers_on_held_out_shapes(bench):
 
 
 def test_long_rows(bench):
-    text = cell_with(L, "With 1024 and 256 rows there are more programs than SMs")
+    text = cell_with(L, "with 1024 and 256 rows there are more programs than SMs")
     long = bench.query("dtype == 'float32' and group == 'long rows'").pivot(index="M", columns="provider",
                                                                           values="graph_frac")
     quotes(text, f"({1024 / SMS:.2f} and {256 / SMS:.2f} per SM)")
