@@ -114,19 +114,19 @@ def test_live_rows_need_a_gpu():
 def test_live_rows_time_the_gpu_only_in_the_benchmarks_rounds(monkeypatch):
     """backward_rows with the GPU faked: every provider checked by the benchmark, then timed by its GPU
     timer only, in its rounds; the rows keep the columns the lesson shows, with no empty (eager, host) ones."""
-    from helpers import backward_bench
+    from helpers import backward_bench, measure
 
     calls = []
     monkeypatch.setattr(lesson08, "ON_GPU", True)
     monkeypatch.setattr(backward_bench, "warm_up_gpu", lambda: None)
-    monkeypatch.setattr(backward_bench, "graph_ms", lambda fn: calls.append(fn) or 2.0)
+    monkeypatch.setattr(measure, "gpu_ms", lambda fn: calls.append(fn) or 2.0)
     bench = data.frame(lesson08.backward_rows(ns=(8, 20), dtypes=("float32",), M=3), {"gpu": "Test GPU"})
     assert list(bench.columns) == ["dtype", "M", "N", "provider", "graph_ms", "graph_frac", "graph_spread", "max_err", "status"]
     assert len(bench) == 2 * 5 and (bench.status == "ok").all() and bench.notna().all().all()
     assert len(calls) == 2 * 5 * backward_bench.ROUNDS
     assert (bench.graph_frac == bench.provider.map(lambda p: 1.0 if p == "copy" else 1.5)).all()
     assert (bench.graph_spread == 0).all()
-    assert lesson08.LIVE_NS == (1024, 2048, 8192, 32768)  # in L2 and not, fair copies, the slow fp32 copy
+    assert lesson08.LIVE_NS == (1024, 2048, 32768)  # copies in L2 and not, the fair ones, the slow fp32 one
 
 
 def test_cuda_graph_demo():
