@@ -57,7 +57,10 @@ def test_reference_and_naive_agree():
         out, lse = lesson07.reference_attention(q, k, v, causal)
         assert out.dtype == lse.dtype == torch.float64
         torch.testing.assert_close(naive_attention(q.double(), k.double(), v.double(), causal=causal), out)
-    assert lesson07.causal_mask(3, 3).tolist() == [[True, False, False], [True, True, False], [True, True, True]]
+    q1 = torch.zeros(1, 3, 16, dtype=torch.float64)  # every score 0: query i weighs keys 0..i alike
+    v1 = torch.arange(3, dtype=torch.float64)[:, None].expand(1, 3, 16)
+    out, lse = lesson07.reference_attention(q1, q1, v1, causal=True)
+    assert out[0, :, 0].tolist() == [0.0, 0.5, 1.0] and torch.allclose(lse[0], torch.log(torch.arange(1.0, 4.0, dtype=torch.float64)))
 
 
 def test_memory_and_traffic_cells():
@@ -69,8 +72,8 @@ def test_memory_and_traffic_cells():
     assert (mem.blockwise < mem["naive peak"]).all()
     assert (tr["once GB"] <= tr["blockwise GB"]).all() and (tr["blockwise GB"] < tr["naive GB"]).all()
     assert ((tr["naive FLOP/B"] < 128 / 3) & (tr["naive FLOP/B"] > 39)).all()  # D/3 = 42.7 for long rows
-    fig = lesson07.plot_memory(ns["mem"])
-    assert isinstance(fig, matplotlib.figure.Figure)
+    fig = _run_cells("fig, ax = plots.new_figure(7.0, 3.8)\nmem.plot", mem=ns["mem"])["fig"]
+    assert isinstance(fig, matplotlib.figure.Figure) and len(fig.axes[0].lines) == 4  # two curves, two GPUs
     matplotlib.pyplot.close(fig)
 
 
@@ -131,17 +134,21 @@ def test_plot_tiles():
 def test_launch_cell_and_the_correctness_table():
     from helpers.kernels.attention import attention_plan
 
-    ns = _run_cells("torch.manual_seed(0)\nq = torch.randn", "rows = []", attention_plan=attention_plan)
+    ns = _run_cells("torch.manual_seed(0)\nq = torch.randn", "TOLERANCES = {", "cases = (", attention_plan=attention_plan)
     correct = ns["correct"]
-    assert len(correct) == 3 * len(lesson07.CORRECTNESS_CASES)
+    assert len(correct) == 3 * len(ns["cases"])
+    names = set(correct.index.get_level_values("case"))  # irregular lengths, causal, one query, a scale, large scores
+    assert {"Sq = 50, Sk = 70", "causal, S = 77", "one query, Sk = 200", "large scores, causal"} <= names
     assert (correct[["of tolerance", "of LSE tolerance"]] <= 1).all().all()
 
 
 def test_tolerance_grows_with_the_scores():
+    ns = _run_cells("TOLERANCES = {")
+    tolerance, tolerances = ns["tolerance"], ns["TOLERANCES"]
     q = torch.ones(1, 2, 16)
-    a_small, r = lesson07.tolerance(q, q, q)
-    a_big, r2 = lesson07.tolerance(q * 100, q * 100, q)
-    assert r == r2 == lesson07.TOLERANCES[torch.float32][1] and a_big > a_small >= lesson07.TOLERANCES[torch.float32][0]
+    a_small, r = tolerance(q, q, q)
+    a_big, r2 = tolerance(q * 100, q * 100, q)
+    assert r == r2 == tolerances[torch.float32][1] and a_big > a_small >= tolerances[torch.float32][0]
 
 
 def test_large_scores_cell(capsys):
