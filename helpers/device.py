@@ -1,11 +1,6 @@
 """What the GPU offers a kernel: its limits (``gpu_props``) and how many programs of a compiled kernel
-one SM keeps resident (``occupancy``). A shared layer: kernels, lessons and the benchmark use it.
-
-Terms, as lesson 05 defines them: an **SM** (streaming multiprocessor) is one of the GPU's
-processors (132 on an H100 or H200); each has a **register file** (65,536 32-bit registers) and
-**shared memory** (228 KiB) that the programs resident on it divide among themselves. How many
-programs fit at once is the kernel's **occupancy**; the programs of a grid run in **waves** of
-(SM count x occupancy).
+one SM keeps resident (``occupancy``; lesson 05 defines the terms). A shared layer: kernels, lessons
+and the benchmark use it.
 """
 
 from __future__ import annotations

@@ -1,18 +1,8 @@
-"""DRAM traffic accounting: how many elements each version of softmax reads and writes.
-
-Counts are in elements of an (M, N) input; multiply by the element size for bytes. The naive
-five-op PyTorch version (``reference.naive_softmax_rowwise``) launches one kernel per line and each
-reads its inputs from DRAM and writes its output back:
-
-    x_max = x.max(dim=1)[0]          read MN      write M
-    z = x - x_max[:, None]           read MN + M  write MN
-    numerator = torch.exp(z)         read MN      write MN
-    denominator = numerator.sum(1)   read MN      write M
-    out = numerator / denominator    read MN + M  write MN
-                                     ---------------------
-                                     5MN + 2M     3MN + 2M
-
-A fused kernel reads x once and writes y once: 2MN in all.
+"""DRAM traffic accounting: how many elements each version of softmax reads and writes, in elements
+of an (M, N) input (multiply by the element size for bytes). The naive five-op PyTorch version
+(``reference.naive_softmax_rowwise``) runs one kernel per op, each reading its inputs from DRAM and
+writing its output back: 5MN + 2M reads and 3MN + 2M writes (``naive_ops``). A fused kernel reads x
+once and writes y once: 2MN in all.
 """
 
 from __future__ import annotations

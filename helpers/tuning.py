@@ -28,9 +28,8 @@ from typing import NamedTuple
 import torch
 import triton
 
+from .gpu_data import DATA_DIR, read_csv, write_csv
 from .mode import ON_GPU
-
-DATA_DIR = Path(__file__).resolve().parent.parent / "figures" / "data"
 
 #: Row lengths (powers of two) whose tiled configuration is tuned; longer rows are split.
 TILED_BLOCKS = tuple(2**k for k in range(8, 16))
@@ -142,8 +141,6 @@ def tables(gpu_name: str) -> dict:
         tiled, coop = {}, {}
         path = recorded_path(gpu_name)
         if _mode() == "recorded" and path.exists():
-            from .gpu_data import read_csv
-
             tiled, coop = best_of(read_csv(path)[0])
         cached = cache_path(gpu_name)
         if cached.exists():
@@ -329,8 +326,6 @@ def sweep(softmax_tiled, softmax_split_coop, dtypes=(torch.float32, torch.bfloat
 
 
 def write_recorded(rows: list[dict], gpu_name: str, meta: dict) -> Path:
-    from .gpu_data import write_csv
-
     path = write_csv(recorded_path(gpu_name), rows, meta)
     _TABLES.pop(gpu_name, None)
     return path
