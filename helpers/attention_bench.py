@@ -68,13 +68,6 @@ def flops(B: int, H: int, S: int, D: int, causal: bool, Sk: int | None = None) -
     return f / 2 if causal else f
 
 
-def _sdpa_backend(name: str):
-    from torch.nn.attention import SDPBackend
-
-    return {"sdpa_cudnn": SDPBackend.CUDNN_ATTENTION, "sdpa_flash": SDPBackend.FLASH_ATTENTION,
-            "sdpa_efficient": SDPBackend.EFFICIENT_ATTENTION}[name]
-
-
 def provider_fn(name: str, q, k, v, causal: bool):
     """A no-argument function computing attention(q, k, v) with provider ``name``."""
     if name == "course":
@@ -84,9 +77,10 @@ def provider_fn(name: str, q, k, v, causal: bool):
     if name == "sdpa":
         return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
     if name in ("sdpa_cudnn", "sdpa_flash", "sdpa_efficient"):
-        from torch.nn.attention import sdpa_kernel
+        from torch.nn.attention import SDPBackend, sdpa_kernel
 
-        backend = _sdpa_backend(name)
+        backend = {"sdpa_cudnn": SDPBackend.CUDNN_ATTENTION, "sdpa_flash": SDPBackend.FLASH_ATTENTION,
+                   "sdpa_efficient": SDPBackend.EFFICIENT_ATTENTION}[name]
 
         def fn():
             with sdpa_kernel(backend):
@@ -355,11 +349,9 @@ def main(argv=None) -> int:
         for (D, causal), r in sorted(best_configs(rows).items()):
             print(f"D={D} causal={causal}: best AttentionConfig({r['block_m']}, {r['block_n']}, {r['num_warps']}, "
                   f"{r['num_stages']}) at {r['graph_tflops']} TFLOP/s")
-    elif args.quick:
-        rows = sweep(seqs=(1024, 4096), dtypes=("float16",), timer=gpu_timer(args.rep), rounds=args.rounds,
-                     out=(Path(args.out_csv), provenance(command)))
     else:
-        rows = sweep(timer=gpu_timer(args.rep), rounds=args.rounds, out=(Path(args.out_csv), provenance(command)))
+        quick = dict(seqs=(1024, 4096), dtypes=("float16",)) if args.quick else {}
+        rows = sweep(**quick, timer=gpu_timer(args.rep), rounds=args.rounds, out=(Path(args.out_csv), provenance(command)))
     path = write_csv(Path(args.out_csv), rows, provenance(command))
     bad = [r for r in rows if r["status"] != "ok" and r.get("provider") == "course"]
     print(f"wrote {len(rows)} rows to {path} in {time.time() - t0:.0f} s"

@@ -21,8 +21,9 @@ import torch
 
 from .mode import ON_GPU, triton_version
 
+COURSE_ROOT = Path(__file__).resolve().parent.parent
 #: The repository's ``figures/`` and ``figures/data/`` folders.
-FIGURES_DIR = Path(__file__).resolve().parent.parent / "figures"
+FIGURES_DIR = COURSE_ROOT / "figures"
 DATA_DIR = FIGURES_DIR / "data"
 
 PROVENANCE_KEYS = ("gpu", "driver", "torch", "triton", "date", "commit", "command")
@@ -30,16 +31,11 @@ PROVENANCE_KEYS = ("gpu", "driver", "torch", "triton", "date", "commit", "comman
 
 def _driver() -> str:
     try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=20,
-        )
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
         return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else "unknown"
     except Exception:
         return "unknown"
-
-
-COURSE_ROOT = Path(__file__).resolve().parent.parent
 
 
 def _commit(root: Path = COURSE_ROOT) -> str:

@@ -259,12 +259,10 @@ def current_device() -> int:
 
 
 def direct_launcher(L: Launch, tensors: tuple, device: int) -> Callable:
-    """Compile ``L`` for these example tensors (``tensors[i]`` is the pointer ``L.ptrs[i]``) and
-    return ``launch(*data_ptrs)``, which queues the compiled kernel on ``device``'s current stream
-    with raw pointers, in ``L.ptrs``'s order: the direct path of the row wrappers, for kernels whose
-    inputs are not rows (attention). Raises TypeError or AttributeError when this Triton's launcher
-    differs; use ``kernel[grid](...)`` then (and set ``DIRECT[0] = False`` if a launch refuses its
-    arguments)."""
+    """Compile ``L`` for these example tensors (``tensors[i]`` is the pointer ``L.ptrs[i]``) and return
+    ``launch(*data_ptrs)``, which queues it on ``device``'s current stream: the row wrappers' direct
+    path, for kernels whose inputs are not rows (attention). TypeError or AttributeError when this
+    Triton's launcher differs: use ``kernel[grid](...)`` then (``DIRECT[0] = False`` if a launch refuses)."""
     d = _Direct(L, tensors, {p: i for i, p in enumerate(L.ptrs)})
     run, (gx, gy, gz), fn, packed, coop, pdl, rest = d.launch, d.grid, d.function, d.packed, d.coop, d.pdl, d.rest
     raw_stream = _raw_stream
@@ -409,7 +407,7 @@ class RowSoftmax:
         plan = self.plan_fn(rows, *options)
         if plan.delegate is not None:
             entry = plan.delegate
-        elif DIRECT[0] and x.is_cuda and not _launch_hooks_installed():
+        elif direct_path(x):
             try:
                 entry = _direct_call(plan, rows, inputs)
             except (TypeError, AttributeError):  # this Triton's launcher differs: use the JIT path
