@@ -228,3 +228,40 @@ def test_no_launch_asks_tl_topk_for_fewer_than_two_lanes(monkeypatch):
     sample(x, top_p=0.01, generator=gen)
     assert len(seen) == 12 and min(seen) >= 2
     assert [sampling.candidate_lanes(k) for k in (1, 2, 3, 50, 1024)] == [2, 2, 4, 64, 1024]
+
+
+COMPILE_FOR_SM90 = r"""
+import torch
+torch.cuda.is_available = lambda: True  # helpers decorates its kernels for compilation, as on a GPU
+import helpers
+from helpers.kernels import sampling
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+SLICE = {"md_ptr": "*fp32", "keys_ptr": "*i64", "in_ptr": "*bf16", "seed_ptr": "*i32", "in_row_stride": "i32",
+         "in_col_stride": "i32", "n_cols": "i32", "slice_len": "i32", "n_slices": "i32", "scale": "fp32"}
+MERGE = {"out_ptr": "*fp32", "idx_ptr": "*i64", "md_ptr": "*fp32", "keys_ptr": "*i64", "u_ptr": "*fp32",
+         "n_slices": "i32", "k": "i32", "top_p": "fp32"}
+K = sampling.candidate_lanes(1)
+for fn, sig, const in [(sampling.topk_slice_kernel, SLICE, dict(K=K, BLOCK=64, GUMBEL=True, SORT=True)),
+                       (sampling.topk_merge_kernel, MERGE, dict(K=K, SLICES=2, MODE=0, RENORM=True, SORT=True)),
+                       (sampling.topk_merge_kernel, MERGE, dict(K=4, SLICES=2, MODE=1, RENORM=False, SORT=True))]:
+    sig = dict(sig, **{name: "constexpr" for name in const})
+    triton.compile(ASTSource(fn=fn, signature=sig, constexprs=const), target=GPUTarget("cuda", 90, 32))
+    print("compiled", fn.__name__, const)
+"""
+
+
+def test_the_gpu_path_compiles_for_an_h100():
+    """The GPU's branches (SORT: tl.topk, the winners loop, Gumbel noise, the sampling step) compiled for
+    sm_90 by the installed Triton, with no GPU: the interpreter never builds them. K = candidate_lanes(1)
+    is the case Triton 3.6 could not build with one lane."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", COMPILE_FOR_SM90], env=env, capture_output=True, text=True,
+                          timeout=300, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert done.returncode == 0 and done.stdout.count("compiled") == 3, done.stderr[-3000:]
