@@ -102,3 +102,11 @@ def test_the_benchmark_derivations_are_in_sight():
     assert "topk_ratio[topk_ratio < 1]" in code_cell_with("09", "sample_ratio = ")
     assert "frac.index[course > peer]" in code_cell_with("09", "peer = frac")
     assert not data.noisy(_bench()[["graph_spread"]]).to_numpy().any()  # no cell's rounds spread over 10%
+
+
+def test_many_rows_sample_against_the_hugging_face_chain():
+    frac = _bench().query("M >= 64").pivot_table(index=["dtype", "M", "N"], columns="provider", values="frac_of_one_read")
+    text = cell_with("09", MANY)
+    quotes(text, f"{frac.course_sample.min():.3f} to {frac.course_sample.max():.3f} of one read against "
+                 f"{frac.torch_hf_sample.min():.3f} to {frac.torch_hf_sample.max():.3f}", "{}")
+    assert (frac.course_sample > frac.torch_hf_sample).all()  # "at every shape"
