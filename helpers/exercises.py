@@ -127,13 +127,9 @@ def _unattempted(answer) -> bool:
 
 
 def check(exercise: str, title: str, attempt, trial: Callable[[object], str | None], *, show: bool = True) -> Verdict:
-    """Run ``trial(attempt)`` and print one verdict line.
-
-    ``attempt`` is the learner's function or value. ``trial`` raises ``Wrong`` (or returns
-    nothing for correct, or a string to append to "correct"). ``NotImplementedError`` raised
-    anywhere, or an attempt that is None/``...``, means "not yet"; any other exception is
-    reported as wrong, with its type and message.
-    """
+    """Run ``trial(attempt)`` and print one verdict line: "correct" (with what ``trial`` returns),
+    "not yet" for an attempt that is None/``...`` or raises ``NotImplementedError``, "wrong" with the
+    reason of a ``Wrong``, or with the type and message of any other exception."""
     if _unattempted(attempt):
         v = Verdict(exercise, title, NOT_YET, "fill in your answer above, then run this cell again")
     else:
@@ -153,12 +149,9 @@ def check(exercise: str, title: str, attempt, trial: Callable[[object], str | No
 
 
 def expect_close(got, expected: torch.Tensor, *, inputs=None, atol: float = 1e-5, rtol: float = 1e-4, what: str = "") -> float:
-    """Raise ``Wrong`` unless ``got`` is a tensor close to ``expected``; return the max abs error.
-
-    The message never shows the same text for "expected" and "got": up to 8 elements both are shown
-    whole (with more digits where needed); larger tensors are named by their first wrong element
-    (index, expected and got values) and the max abs error; a NaN where a number was expected (or the
-    reverse) is named by its index."""
+    """Raise ``Wrong`` unless ``got`` is a tensor close to ``expected``; return the max abs error. The
+    message never shows the same text for "expected" and "got" (``fmt_pair``); in a tensor of more than
+    8 elements it names the first wrong element (or misplaced NaN) by its index."""
     if _unattempted(got):
         raise NotImplementedError
     if not isinstance(got, torch.Tensor):
@@ -251,13 +244,9 @@ def _did_not_finish(limit: float, what: str) -> Wrong:
 
 
 def call_attempt(fn, *args, timeout: float | None = None):
-    """Call the learner's function for a trial: ``...`` back means untouched (not yet), ``None``
-    back means a missing ``return`` (wrong), and something that is not a function is wrong.
-
-    A call that does not return within ``timeout`` seconds (default ``FUNCTION_TIMEOUT``) is stopped:
-    ``Wrong("your function did not finish within N s ...")``. The limit needs the main thread (it
-    interrupts it, as Ctrl-C would: Python loops stop, a single long C call finishes first); elsewhere
-    the call is not limited. The user's own interrupt still interrupts."""
+    """Call the learner's function for a trial: ``...`` back is "not yet", ``None`` back (a missing
+    ``return``) or a non-function is wrong, and a call still running after ``timeout`` seconds (default
+    ``FUNCTION_TIMEOUT``) is interrupted, as Ctrl-C would (in the main thread only), and wrong."""
     if not callable(fn):
         raise Wrong(f"expected a function, got {type(fn).__name__}")
     limit = FUNCTION_TIMEOUT if timeout is None else timeout
@@ -297,13 +286,9 @@ KERNEL_TIMEOUT: float | None = None
 
 def guarded(shape, dtype=torch.float32, device=None, fill=float("nan"), guard: int = GUARD,
             row_stride: int | None = None) -> torch.Tensor:
-    """A tensor of ``shape`` filled with ``fill``, inside an allocation with ``guard`` sentinel
-    elements before and after it (``guards_intact`` checks them).
-
-    With ``row_stride`` (2-D shapes only, at least the row length) the rows are ``row_stride``
-    elements apart and the padding after every row, the last one included, holds NaN: a kernel that
-    reads past a row's end reads NaN, which reaches its output, and one that writes there is seen.
-    """
+    """A tensor of ``shape`` filled with ``fill``, between ``guard`` sentinel elements on each side
+    (``guards_intact`` checks them). With ``row_stride`` (2-D only) its rows are ``row_stride`` apart
+    and the padding after each holds NaN: a read past a row's end puts NaN into the output."""
     from .mode import DEVICE
 
     shape = tuple(int(s) for s in shape)
@@ -354,16 +339,11 @@ OUT_OF_BOUNDS_HINT = "check the masks and the strides"
 
 
 def run_learner_kernel(kernel, grid, *args, outputs=(), timeout: float | None = None, **kwargs) -> None:
-    """Launch a learner's kernel for a checker: ``kernel[grid](*args, **kwargs)`` in the child worker
-    process (``helpers.sandbox``), every tensor argument's memory copied there and back, then the
-    guard regions of ``outputs`` (tensors made by ``guarded``) checked. Pass every tensor the kernel
-    touches as an argument.
-
-    Raises ``Wrong`` with a hint for an out-of-bounds write, a crash of the worker (an access far
-    outside the tensors), a GPU fault, or a kernel that does not finish within ``timeout`` seconds
-    (default ``KERNEL_TIMEOUT``); ``NotImplementedError`` for an untouched template; any other error of
-    the learner's code is re-raised (with its type name and message) for ``check`` to report. The
-    notebook's process, and its CUDA context, never run the learner's kernel."""
+    """``kernel[grid](*args, **kwargs)`` in the worker process (``helpers.sandbox``; pass every tensor the
+    kernel touches as an argument), then the guards of ``outputs`` (``guarded`` tensors) checked.
+    Raises ``Wrong`` with a hint for an out-of-bounds write, a crashed worker, a GPU fault or no end
+    within ``timeout`` s (default ``KERNEL_TIMEOUT``), ``NotImplementedError`` for an untouched
+    template, and re-raises any other error of the learner's code (same type name and message)."""
     from . import sandbox
 
     limit = timeout if timeout is not None else KERNEL_TIMEOUT

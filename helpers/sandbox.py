@@ -245,12 +245,11 @@ class _Worker:
     def kill(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
-        try:
-            self.proc.wait(10)
-            self.proc.stdin.close()
-            self.proc.stdout.close()
-        except Exception:
-            pass
+        for step in (lambda: self.proc.wait(10), self.proc.stdin.close, self.proc.stdout.close):
+            try:
+                step()
+            except Exception:
+                pass
 
     def _reply(self, limit):
         box = {}
@@ -316,9 +315,8 @@ atexit.register(restart)
 
 def run(kernel, grid, args, kwargs, timeout: float | None = None) -> float:
     """Launch ``kernel[grid](*args, **kwargs)`` in the worker and copy every tensor argument's storage
-    back. Raises ``KernelCrashed``, ``KernelTimeout``, ``KernelCudaError``, ``KernelWroteOutside``,
-    or the learner's own exception (as itself, or as a ``LearnerKernelError`` of the same type name;
-    ``NotImplementedError`` when the kernel still raises it). Returns the seconds the request took."""
+    back; the seconds it took. Raises ``KernelCrashed``, ``KernelTimeout``, ``KernelCudaError``,
+    ``KernelWroteOutside`` or the learner's own exception (or a ``LearnerKernelError`` named as it)."""
     limit = KERNEL_TIMEOUT if timeout is None else float(timeout)
     spec = kernel_spec(kernel)
     grid = static_grid(kernel, grid, args, kwargs)
