@@ -1,12 +1,7 @@
-"""Check the installed versions before anything heavy is imported.
-
-A version outside the supported range gets one clear message at the first ``import helpers``,
-rather than a deep traceback from inside Triton later on. The ranges are the ones stated in
-``requirements.txt``; keep the two in step.
-
-Triton is optional: it publishes builds for Linux only, so on macOS and Windows it is not
-installed and lessons 01-02 run without it (``helpers.mode`` says what the kernel lessons need).
-An installed Triton must still be in range.
+"""Check the installed versions before anything heavy is imported: a version outside the supported
+range (``requirements.txt``'s; keep the two in step) gets one clear message at the first ``import
+helpers`` instead of a deep traceback later. Triton is optional (Linux builds only: lessons 01-02
+run without it), but an installed one must be in range.
 """
 
 from __future__ import annotations

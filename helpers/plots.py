@@ -1,8 +1,6 @@
-"""Shared plotting style and saving. Lesson-specific plots live in helpers/lessonNN.py and use these.
-
-Every plot function returns a matplotlib Figure; in a notebook it is displayed by ``show(fig)``
-(which also closes it, so nothing is printed twice), and ``save(fig, name)`` writes
-``figures/<name>.png`` (``make figures`` does that for every figure).
+"""Shared plotting style and saving; lesson-specific plots live in helpers/lessonNN.py. Every plot
+function returns a Figure: ``show(fig)`` displays it in a notebook (and closes it, so nothing is
+printed twice), ``save(fig, name)`` writes ``figures/<name>.png`` (``make figures`` does every one).
 """
 
 from __future__ import annotations
