@@ -36,6 +36,8 @@ if HAS_TRITON:
         softmax_three_pass,
         softmax_tiled,
         attention,
+        sample,
+        softmax_topk,
     )
     from .kernels import softmax_backward
     from . import ops  # noqa: E402  (registers torch.ops.softmax_course.*, which helpers.softmax routes autograd to)
@@ -45,7 +47,7 @@ from .show import show_source
 KERNEL_NAMES = (
     "INTERPRETER_PROGRAMS", "MAX_FUSED_COLS", "num_warps_for", "softmax", "softmax_fused", "softmax_online",
     "softmax_persistent", "softmax_split", "softmax_split_coop", "softmax_three_pass", "softmax_tiled",
-    "attention", "softmax_backward", "ops",
+    "attention", "softmax_backward", "ops", "softmax_topk", "sample",
 )
 
 __all__ = [
@@ -55,7 +57,7 @@ __all__ = [
     "INTERPRETER_PROGRAMS", "MAX_FUSED_COLS", "gpu_props", "num_warps_for", "occupancy", "softmax",
     "softmax_fused", "softmax_online", "softmax_persistent", "softmax_split", "softmax_split_coop",
     "softmax_three_pass", "softmax_tiled", "show_source", "softmax_backward", "ops", "attention",
-    "HAS_TRITON", "KernelsUnavailable", "require_kernels",
+    "HAS_TRITON", "KernelsUnavailable", "require_kernels", "softmax_topk", "sample",
 ]
 if not HAS_TRITON:
     __all__ = [name for name in __all__ if name not in KERNEL_NAMES]

@@ -8,6 +8,8 @@ teaches it (``tools/export.py``: edit the notebook's cells, then run ``make expo
 - ``backward``    lesson 08: the gradient of softmax, dx = y * (dy - sum(y * dy)), from y and dy.
 - ``dispatch``    ``softmax``: the course's best answer for any shape (written by hand).
 - ``attention``   lesson 07: FlashAttention's forward pass, the online softmax with an output accumulator.
+- ``sampling``    lesson 09: softmax_topk (the k most probable tokens) and sample (temperature, top-k,
+                  top-p) in one read of the logits.
 
 Every wrapper takes a floating tensor of any shape (at least one dimension) and returns the
 softmax over its last dimension: same shape, dtype and device, a new tensor (the input is never
@@ -28,3 +30,4 @@ from .backward import (BACKWARD_TILED_MAX_COLS, backward_looped_plan, backward_p
                        softmax_backward_tiled, softmax_backward_tiled_kernel)
 from .dispatch import TILED_MAX_COLS, softmax, softmax_plan  # noqa: E402  (after the families it chooses from)
 from .attention import HEAD_DIMS, attention, attention_plan, naive_attention  # noqa: E402  (lesson 07)
+from .sampling import sample, softmax_topk, topk_merge_kernel, topk_plan, topk_slice_kernel  # noqa: E402  (lesson 09)
