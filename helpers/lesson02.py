@@ -58,33 +58,6 @@ def _dtype_name(dt) -> str:
     return str(dt).replace("torch.", "")
 
 
-def _print_table(head: str, rows) -> None:
-    print(head)
-    print("-" * len(head))
-    for row in rows:
-        print(row)
-
-
-def _at(x: float) -> str:
-    return "x = " + format(x, ".10g")
-
-
-def print_overflow_table(dtypes=(torch.float16, torch.bfloat16, torch.float32)) -> None:
-    """For each dtype: its largest value, ln of it, and the inputs around which exp overflows to inf."""
-    _print_table(f"{'dtype':<9} {'largest value':>13} {'ln(largest)':>11} {'last finite exp(x)':>20} "
-                 f"{'first exp(x) = inf':>20}",
-                 (f"{_dtype_name(dt):<9} {torch.finfo(dt).max:>13.6g} {math.log(torch.finfo(dt).max):>11.4f} "
-                  + " ".join(f"{_at(v):>20}" for v in exp_overflow_threshold(dt)) for dt in dtypes))
-
-
-def print_underflow_table(dtypes=(torch.float16, torch.bfloat16, torch.float32)) -> None:
-    """For each dtype: its smallest positive (subnormal) value and the inputs around which exp
-    underflows to 0."""
-    _print_table(f"{'dtype':<9} {'smallest > 0':>13} {'last exp(x) > 0':>20} {'first exp(x) = 0':>20}",
-                 (f"{_dtype_name(dt):<9} {torch.finfo(dt).smallest_normal * torch.finfo(dt).eps:>13.4g} "
-                  + " ".join(f"{_at(v):>20}" for v in exp_underflow_threshold(dt)) for dt in dtypes))
-
-
 def softmax_in_dtype(x: torch.Tensor) -> torch.Tensor:
     """The max-shift softmax over the last dimension computed entirely in ``x``'s dtype: the shift
     alone keeps float16 from overflowing; what 16-bit arithmetic costs in precision."""
@@ -192,19 +165,6 @@ def plot_float16_overflow():
 # 16-bit inputs: why softmax computes them in float32
 
 
-def print_float16_long_row(n: int = 65536) -> None:
-    """A float16 row of ``n`` zeros: the sum of its max-shifted exps is ``n``, past float16's 65504;
-    the sum and the first probability in float16 and by ``helpers.stable_softmax`` (float32 inside)."""
-    x = torch.zeros(1, n, dtype=torch.float16)
-    s16 = torch.exp(x - x.max()).sum()
-    y16, y32 = softmax_in_dtype(x), stable_softmax(x)
-    print(f"a float16 row of {n:,} zeros: every probability is 1/{n:,} = {1 / n:.3g}")
-    print(f"  in float16:  sum of exp(x - max) = {float(s16):g}, softmax = {float(y16[0, 0]):.3g} ..., "
-          f"row sum {float(y16.float().sum()):g}")
-    print(f"  in float32:  sum of exp(x - max) = {float(torch.exp(x.float()).sum()):g}, softmax = "
-          f"{float(y32[0, 0]):.3g} ..., row sum {float(y32.float().sum()):.3g}  (helpers.stable_softmax)")
-
-
 def bfloat16_errors(x: torch.Tensor) -> dict:
     """Largest relative error against the float64 softmax of a bfloat16 ``x``: computed in bfloat16,
     by ``helpers.stable_softmax`` (float32 inside) and by torch.softmax; and, at the element where
@@ -229,21 +189,6 @@ def bfloat16_errors(x: torch.Tensor) -> dict:
     }
 
 
-def print_bfloat16_errors(x: torch.Tensor) -> None:
-    """``bfloat16_errors(x)`` next to bfloat16's tolerance (``helpers.TOLERANCES``)."""
-    from .reference import TOLERANCES
-
-    e = bfloat16_errors(x)
-    tol = TOLERANCES[torch.bfloat16]["rtol"]
-    print(f"bfloat16 input of shape {tuple(x.shape)}: largest relative error against the float64 softmax")
-    for name, label in (("bfloat16", "computed in bfloat16"), ("float32", "helpers.stable_softmax (float32 inside)"),
-                        ("torch.softmax", "torch.softmax")):
-        verdict = "within" if e[name] <= tol else "beyond"
-        print(f"  {label:<40} {e[name]:6.1%}  ({verdict} the course's bfloat16 tolerance, {tol:.1%} relative)")
-    print(f"worst element in bfloat16: x - max = {e['shift_exact']:.6g} exactly, {e['shift_bf16']:.6g} in bfloat16 "
-          f"(probability {e['p']:.2g})")
-
-
 def bfloat16_running_sum(n: int = 2048, denom: int = 512) -> tuple[float, float]:
     """(a running sum of ``n`` terms 1/``denom`` kept in bfloat16, ``torch.sum`` of the same terms): the
     running sum stalls once a term is 1/256 of it; ``torch.sum`` accumulates in float32."""
@@ -252,12 +197,6 @@ def bfloat16_running_sum(n: int = 2048, denom: int = 512) -> tuple[float, float]
     for t in terms:
         s = s + t
     return float(s), float(terms.sum())
-
-
-def print_bfloat16_running_sum(n: int = 2048, denom: int = 512) -> None:
-    running, summed = bfloat16_running_sum(n, denom)
-    print(f"{n} terms of 1/{denom} in bfloat16: a running sum kept in bfloat16 gives {running:g}, "
-          f"torch.sum gives {summed:g}, exactly {n / denom:g}")
 
 
 #: Figures of this lesson, by the name ``helpers.plots.save`` writes them under.

@@ -17,6 +17,12 @@ import torch
 from helpers import lesson01, lesson02
 from helpers.traffic import kernel_traffic
 from checking import _raises, _untouched
+from claims import code_cell_with
+
+
+def _run_cell(phrase: str) -> None:
+    """Run lesson 02's code cell that contains ``phrase`` (what it prints goes to capsys)."""
+    exec(code_cell_with("02", phrase), {"torch": torch, "helpers": helpers, "lesson02": lesson02})
 
 # --------------------------------------------------------------------------------------------
 # Attempts for every exercise: right, untouched, wrong, raising.
@@ -341,8 +347,8 @@ def test_trace_rejects_2d():
 
 
 def test_overflow_and_underflow_tables(capsys):
-    lesson02.print_overflow_table()
-    lesson02.print_underflow_table()
+    _run_cell("lesson02.exp_overflow_threshold(dtype)")
+    _run_cell("lesson02.exp_underflow_threshold(dtype)")
     out = capsys.readouterr().out
     assert "x = 11.0859375" in out and "x = 11.09375" in out
     assert "x = -17.34375" in out
@@ -396,7 +402,7 @@ def test_bfloat16_errors_and_print(capsys):
     e = lesson02.bfloat16_errors(_bf16_row())
     assert e["bfloat16"] > 0.016 > e["float32"] and e["float32"] < 0.005 and e["torch.softmax"] < 0.005
     assert e["shift_exact"] != e["shift_bf16"] and abs(e["shift_exact"] - e["shift_bf16"]) < abs(e["shift_exact"]) / 128
-    lesson02.print_bfloat16_errors(_bf16_row())
+    _run_cell("errors = lesson02.bfloat16_errors(xb)")  # the notebook's row: _bf16_row()
     out = capsys.readouterr().out.splitlines()
     assert "computed in bfloat16" in out[1] and "beyond" in out[1]
     assert "within" in out[2] and "within" in out[3]
@@ -417,7 +423,7 @@ def test_float16_denominator_overflows_past_65504():
 
 
 def test_print_float16_long_row(capsys):
-    lesson02.print_float16_long_row()
+    _run_cell("zeros = torch.zeros(1, n, dtype=torch.float16)")
     out = capsys.readouterr().out.splitlines()
     assert "65,536 zeros" in out[0]
     assert "sum of exp(x - max) = inf" in out[1] and "row sum 0" in out[1]
@@ -549,7 +555,7 @@ def test_traffic_figure_data():
 def test_bfloat16_running_sum_stalls_where_torch_sum_does_not(capsys):
     running, summed = lesson02.bfloat16_running_sum(2048, 512)
     assert running == 0.5 and summed == 4.0  # stuck once 1/512 is 1/256 of the running sum
-    lesson02.print_bfloat16_running_sum()
+    _run_cell("lesson02.bfloat16_running_sum(2048, 512)")
     assert capsys.readouterr().out.strip() == ("2048 terms of 1/512 in bfloat16: a running sum kept in bfloat16 "
                                                "gives 0.5, torch.sum gives 4, exactly 4")
 
