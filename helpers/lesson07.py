@@ -9,7 +9,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from . import plots
+from . import attention_bench, plots
 from .exercises import Wrong, call_attempt, check, guarded, launch_learner_kernel
 from .mode import INTERPRETER
 
@@ -129,8 +129,6 @@ def plot_tiles(cases=((300, 400, 128, 64, False), (512, 512, 128, 64, True))):
 def attention_rows(rounds: int = 3) -> list[dict]:
     """On a GPU: a short sweep (fp16, S = 1K and 4K; the course, SDPA, its cuDNN backend, naive) in the
     recording's columns, medians of ``rounds`` rounds with their spreads (``helpers.attention_bench``)."""
-    from . import attention_bench
-
     attention_bench.require_gpu("helpers.lesson07.attention_rows()")
     return attention_bench.sweep(seqs=(1024, 4096), dtypes=("float16",), rounds=rounds,
                                  providers=("course", "sdpa", "sdpa_cudnn", "naive"))
