@@ -52,10 +52,11 @@ def topk_cases():
 def topk_error(fn, x: torch.Tensor, k: int) -> float:
     """Largest error of ``fn(x, k)`` against float64, NaN where torch gives NaN; indices checked
     through the probabilities they point at (ties may pick either column). inf on a mismatch."""
-    x_before = x.clone()
-    values, indices = fn(x.to(DEVICE), k)
+    xd = x.to(DEVICE)
+    x_before = xd.clone()
+    values, indices = fn(xd, k)
     values, indices = values.cpu(), indices.cpu()
-    if not torch.equal(x.cpu(), x_before):
+    if not torch.equal(xd, x_before):  # the tensor it was given, on the GPU too
         return math.inf
     p = torch.softmax(x.double(), -1)
     want = p.topk(k).values

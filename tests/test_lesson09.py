@@ -318,7 +318,7 @@ def test_sampling_rows_reports_a_failing_provider(monkeypatch):
     monkeypatch.setattr(measure, "eager_ms", lambda fn, rep=0: 0.02)
     monkeypatch.setattr(measure, "gpu_ms", lambda fn, rep=0: 0.01)
     monkeypatch.setattr(measure, "host_us", lambda fn, calls=0, loops=3: 5.0)
-    monkeypatch.setattr(lesson09, "softmax_topk", lambda x, k: (torch.zeros(x.shape[0], k), None))
+    monkeypatch.setattr(lesson09, "softmax_topk", lambda x, k: (torch.zeros(x.shape[0], k, device=x.device), None))
     rows = lesson09.sampling_rows([(2, 300)], dtypes=("float32",), names=("copy", "course_softmax_topk"), rounds=1)
     bad = next(r for r in rows if r["provider"] == "course_softmax_topk")
     assert bad["status"].startswith("failed: AssertionError") and bad["graph_us"] != bad["graph_us"]  # NaN
