@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from . import gpu_data, plots
+from . import data, gpu_data, plots
 from .exercises import Wrong, call_attempt, check, expect_close, fmt, same_values
 from .reference import reference_softmax, stable_softmax
 from .traffic import kernel_traffic, naive_ops
@@ -89,7 +89,7 @@ def recorded_gpu() -> dict:
         "bytes_per_s": float(props["dram_peak_gbps"]) * 1e9,
         "copy_bytes_per_s": float(props["copy_gbps_1GiB"]) * 1e9,
         "copy_graph_bytes_per_s": float(props["copy_graph_gbps_1GiB"]) * 1e9,
-        "provenance": gpu_data.provenance_line(meta),
+        "provenance": data.provenance(data.load("device_props")),  # GPU, driver, versions, date, command
     }
 
 

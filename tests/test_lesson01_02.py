@@ -14,7 +14,7 @@ import helpers
 import matplotlib
 import pytest
 import torch
-from helpers import lesson01, lesson02
+from helpers import data, lesson01, lesson02
 from helpers.traffic import kernel_traffic
 from checking import _raises, _untouched
 from claims import code_cell_with
@@ -210,7 +210,7 @@ def test_recorded_gpu_comes_from_device_props():
     assert g["copy_bytes_per_s"] == pytest.approx(p["copy_gbps_1GiB"] * 1e9)
     assert g["copy_graph_bytes_per_s"] == pytest.approx(p["copy_graph_gbps_1GiB"] * 1e9)
     assert g["fp32_flops"] == pytest.approx(p["sm_count"] * 128 * 2 * 1.98e9)
-    assert g["provenance"] == gpu_data.provenance_line(meta)
+    assert g["provenance"] == data.provenance(data.load("device_props")) and "commit" not in g["provenance"]
     # the datasheet (3.35 TB/s, about 67 TFLOP/s) agrees: context only
     assert g["bytes_per_s"] == pytest.approx(3.35e12, rel=0.01)
     assert g["fp32_flops"] == pytest.approx(67e12, rel=0.01)
@@ -224,7 +224,7 @@ def test_print_gpu(capsys):
     assert "eager time" in out[2] and "2999 GB/s" in out[2] and "(0.89 of the peak)" in out[2]
     assert "GPU time" in out[3] and "2432 GB/s" in out[3] and "(0.73 of the peak)" in out[3]
     assert out[4].endswith("132 SMs x 128 lanes x 2 FLOP x 1.98 GHz = 66.9 TFLOP/s")
-    assert out[5].startswith("Recorded on NVIDIA H100 80GB HBM3")
+    assert out[5].startswith("device_props.csv: NVIDIA H100 80GB HBM3") and "commit" not in out[5]
 
 
 def test_intensity_and_ridge():
