@@ -25,7 +25,7 @@ import pandas as pd
 
 from .gpu_data import DATA_DIR, SPREAD_LIMIT
 
-__all__ = ["load", "frame", "provenance", "show", "noisy", "SPREAD_LIMIT", "DATA_DIR"]
+__all__ = ["load", "frame", "provenance", "gpu", "show", "noisy", "SPREAD_LIMIT", "DATA_DIR"]
 
 
 def _path(name: str, gpu: str | None) -> Path:
@@ -86,6 +86,11 @@ def provenance(df: pd.DataFrame) -> str:
     if meta.get("command"):
         line += f", by `{meta['command']}`"
     return line + "."
+
+
+def gpu(df: pd.DataFrame) -> str:
+    """The GPU a table was measured on, from its provenance ('GPU' when it names none)."""
+    return getattr(df, "attrs", {}).get("provenance", {}).get("gpu", "GPU")
 
 
 def noisy(spread) -> pd.DataFrame | pd.Series:

@@ -243,6 +243,12 @@ def _did_not_finish(limit: float, what: str) -> Wrong:
                  f"never changes, an index that never advances)?")
 
 
+def require_kernel(kernel, name: str) -> None:
+    """Raise ``Wrong`` unless the learner's ``kernel`` is a Triton kernel (``@triton.jit``)."""
+    if not hasattr(kernel, "__getitem__") or not hasattr(kernel, "fn"):
+        raise Wrong(f"{name} must be a Triton kernel: decorate it with @triton.jit")
+
+
 def call_attempt(fn, *args, timeout: float | None = None):
     """Call the learner's function for a trial: ``...`` back is "not yet", ``None`` back (a missing
     ``return``) or a non-function is wrong, and a call still running after ``timeout`` seconds (default

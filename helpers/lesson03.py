@@ -9,7 +9,8 @@ import triton
 from matplotlib.patches import Rectangle
 
 from . import data, plots
-from .exercises import Wrong, call_attempt, check, guarded, guards_intact, launch_learner_kernel, run_learner_kernel
+from .exercises import (Wrong, call_attempt, check, guarded, guards_intact, launch_learner_kernel, require_kernel,
+                        run_learner_kernel)
 from .gpu_data import LESSON_GPU
 from .kernels import MAX_FUSED_COLS, num_warps_for, softmax_fused_kernel
 from .launch import acc_dtype
@@ -312,8 +313,7 @@ def _run_3_3(kernel, data: torch.Tensor, scale: float, rs_in: int, rs_out: int, 
 
 
 def _trial_3_3(kernel) -> str:
-    if not hasattr(kernel, "__getitem__") or not hasattr(kernel, "fn"):
-        raise Wrong("scaled_softmax_kernel must be a Triton kernel: decorate it with @triton.jit")
+    require_kernel(kernel, "scaled_softmax_kernel")
     g, worst = torch.Generator().manual_seed(33), 0.0
     for (M, N), scale, rows, rs_in, rs_out, pad in _CASES_3_3:
         data = isolated_max_rows(M, N, g) / scale if rows == "isolated" else torch.randn(M, N, generator=g)

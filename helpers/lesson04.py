@@ -10,7 +10,7 @@ import pandas as pd
 import torch
 
 from . import data, plots
-from .exercises import Wrong, call_attempt, check, guarded, guards_intact, launch_learner_kernel
+from .exercises import Wrong, call_attempt, check, guarded, guards_intact, launch_learner_kernel, require_kernel
 from .kernels import softmax_fused, softmax_online, softmax_three_pass
 from .measure import DTYPES, measure_shape, require_gpu
 from .reference import round_up_err
@@ -125,8 +125,7 @@ def plot_rows_grow(grow: pd.DataFrame | None = None, dtype: str = "float32"):
         ax.text(refused[0], 1.04, "fused refuses (row too long)", fontsize=8, color="#777777")
     plots.set_n_axis(ax, ns, "N (columns per row; M·N fixed)")
     ax.set(xlim=(ns[0] / 1.3, ns[-1] * 1.3), ylim=(0, 1.12), ylabel="fraction of copy (GPU time)")
-    gpu = grow.attrs.get("provenance", {}).get("gpu", "GPU")
-    ax.set_title(f"Looped kernels as rows grow, {dtype}, {gpu}", fontsize=10)
+    ax.set_title(f"Looped kernels as rows grow, {dtype}, {data.gpu(grow)}", fontsize=10)
     ax.legend(frameon=False, fontsize=8, loc="lower left", ncols=2)
     return fig
 
@@ -242,8 +241,7 @@ def _run_case(kernel, case: dict) -> float:
 
 
 def _trial_4_1(kernel) -> str:
-    if not hasattr(kernel, "__getitem__") or not hasattr(kernel, "fn"):
-        raise Wrong("online_softmax_kernel must be a Triton kernel: decorate it with @triton.jit")
+    require_kernel(kernel, "online_softmax_kernel")
     cases = online_kernel_cases()
     worst = max(_run_case(kernel, case) for case in cases)
     return f"max abs error {round_up_err(worst)} on all {len(cases)} kinds of rows, -inf rows and strides included"

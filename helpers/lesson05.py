@@ -13,7 +13,7 @@ import triton
 
 from . import data, kernels as K, plots
 from .device import api_occupancy, gpu_props, occupancy
-from .exercises import Wrong, call_attempt, check, guarded, guards_intact, launch_learner_kernel
+from .exercises import Wrong, call_attempt, check, guarded, guards_intact, launch_learner_kernel, require_kernel
 from .gpu_data import device_props, provenance
 from .kernels import persistent_plan, softmax_persistent, softmax_persistent_kernel
 from .launch import Rows, _raw_stream, acc_dtype
@@ -161,10 +161,6 @@ def _label(provider: str) -> str:
     return "y.copy_(x)" if provider == "copy" else label(provider)
 
 
-def _gpu(df) -> str:
-    return df.attrs.get("provenance", {}).get("gpu", "GPU")
-
-
 def plot_programs(df: pd.DataFrame | None = None, sm_count: int | None = None):
     """Persistent kernel's fraction of copy against its grid; lines join only grids < 2x apart."""
     df = data.load("persistent_programs") if df is None else df
@@ -186,7 +182,7 @@ def plot_programs(df: pd.DataFrame | None = None, sm_count: int | None = None):
     ax.minorticks_off()
     ax.set(xlabel="number of programs in the grid (log scale; points are measured grids)",
            ylabel="fraction of copy bandwidth", ylim=(0, 1.1))
-    ax.set_title(f"Persistent kernel, {rs.dtype.iloc[0]}, {M} x {rs.N.iloc[0]}, {_gpu(df)}, one timing per grid", fontsize=10)
+    ax.set_title(f"Persistent kernel, {rs.dtype.iloc[0]}, {M} x {rs.N.iloc[0]}, {data.gpu(df)}, one timing per grid", fontsize=10)
     ax.legend(frameon=False, fontsize=8.5, loc="center right")
     return fig
 
@@ -211,7 +207,7 @@ def plot_tuning(df: pd.DataFrame | None = None):
         ax.grid(False)
         ax.set_title(f"{M} x {N} float32", fontsize=10)
     fig.colorbar(im, ax=axes, shrink=0.85, label="fraction of copy (GPU time, one timing)")
-    fig.suptitle(f"Persistent kernel, {_gpu(df)}: programs per SM and the binding limit "
+    fig.suptitle(f"Persistent kernel, {data.gpu(df)}: programs per SM and the binding limit "
                  f"(R registers, S shared memory, T threads, B blocks); * = registers spilled", fontsize=9)
     return fig
 
@@ -233,7 +229,7 @@ def plot_final(df: pd.DataFrame | None = None, M: int = 4096, peers: int = 2):
         ax.set(ylim=(0, None), ylabel="GB/s, GPU time")
         ax.set_title(f"{d}, M = {M}", fontsize=10)
         ax.legend(frameon=False, fontsize=8.5, loc="lower right")
-    fig.suptitle(f"helpers.softmax, the copy and the two strongest peers on an {_gpu(df)}: bytes moved per second", fontsize=10)
+    fig.suptitle(f"helpers.softmax, the copy and the two strongest peers on an {data.gpu(df)}: bytes moved per second", fontsize=10)
     return fig
 
 
@@ -277,8 +273,7 @@ def _stride_hint(case, N, store: bool) -> str:
 
 
 def _trial_5_1(kernel) -> str:
-    if not hasattr(kernel, "__getitem__") or not hasattr(kernel, "fn"):
-        raise Wrong("persistent_softmax_kernel must be a Triton kernel: decorate it with @triton.jit")
+    require_kernel(kernel, "persistent_softmax_kernel")
     for case in grid_stride_cases():
         data_ = _padded(case["x"], case["in_stride"])
         x, turned = (data_.t(), True) if case.get("transpose") else (data_, False)

@@ -10,7 +10,7 @@ import torch
 import triton
 
 from . import data, plots
-from .exercises import Wrong, call_attempt, check, fmt, fmt_pair, guarded, launch_learner_kernel
+from .exercises import Wrong, call_attempt, check, fmt, fmt_pair, guarded, launch_learner_kernel, require_kernel
 from .kernels import softmax_online, softmax_split, softmax_split_coop, softmax_split_coop_kernel, softmax_split_stats_kernel
 from .launch import check_positive_int
 from .measure import DTYPES, measure_shape, providers, require_gpu
@@ -263,8 +263,7 @@ def _same_stats(gm, gd, m, d, rtol: float = 2e-5):
 
 
 def _trial_6_1(kernel) -> str:
-    if not (hasattr(kernel, "__getitem__") and hasattr(kernel, "fn")):
-        raise Wrong("split_stats_kernel must be a Triton kernel: decorate it with @triton.jit")
+    require_kernel(kernel, "split_stats_kernel")
     for desc, rows, L, B, cs, rs in _stats_kernel_cases():
         (M, N), n_slices = rows.shape, triton.cdiv(rows.shape[1], L)
         base = guarded((M, cs * (N - 1) + 1), fill=1000.0, row_stride=rs)  # columns a stride skips hold 1000

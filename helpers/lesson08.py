@@ -10,7 +10,8 @@ import triton
 
 from . import data, plots
 from .kernels import softmax
-from .exercises import Wrong, call_attempt, check, guarded, guards_intact, is_untouched, launch_learner_kernel
+from .exercises import (Wrong, call_attempt, check, guarded, guards_intact, is_untouched, launch_learner_kernel,
+                        require_kernel)
 from .mode import ON_GPU
 from .reference import round_up_err
 
@@ -57,8 +58,7 @@ def plot_backward(bench, value: str = "graph_frac"):
         ax.set_title(f"{dtype}, M = {int(bench.M.iloc[0])}", fontsize=10)
     axes[0].set_ylabel("fraction of copy (GPU time)")
     fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=3, frameon=False, fontsize=8)
-    gpu = bench.attrs.get("provenance", {}).get("gpu", "GPU")
-    fig.suptitle(f"Softmax backward, 1.5 x copy time / time, {gpu}", fontsize=10)
+    fig.suptitle(f"Softmax backward, 1.5 x copy time / time, {data.gpu(bench)}", fontsize=10)
     return fig
 
 
@@ -312,8 +312,7 @@ def _diagnose_8_2(kernel, M, N, bm, r) -> str:
 
 
 def _trial_8_2(kernel) -> str:
-    if not hasattr(kernel, "__getitem__") or not hasattr(kernel, "fn"):
-        raise Wrong("backward_tile_kernel must be a Triton kernel: decorate it with @triton.jit")
+    require_kernel(kernel, "backward_tile_kernel")
     if is_untouched(kernel):
         raise NotImplementedError
     worst = 0.0

@@ -13,7 +13,7 @@ import triton
 import triton.language as tl
 
 from . import data
-from .exercises import Wrong, call_attempt, check, fmt, guarded, is_untouched, run_learner_kernel
+from .exercises import Wrong, call_attempt, check, fmt, guarded, is_untouched, run_learner_kernel, require_kernel
 from .kernels.sampling import sample, softmax_topk, topk_keys
 from .mode import DEVICE, ON_GPU
 
@@ -235,8 +235,7 @@ def _uniforms():
 
 
 def _trial_9_2(kernel) -> str:
-    if not hasattr(kernel, "__getitem__") or not hasattr(kernel, "fn"):
-        raise Wrong("sample_step_kernel must be a Triton kernel: decorate it with @triton.jit")
+    require_kernel(kernel, "sample_step_kernel")
     if is_untouched(kernel):
         raise NotImplementedError
     u = _uniforms()
