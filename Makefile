@@ -106,16 +106,16 @@ export:
 	$(PYTHON) tools/export.py
 
 figures: venv
-	$(BIN)/python -m helpers.figures
+	$(BIN)/python tools/figures.py
 
 # GPU only. Uses .venv's python when there is one (on a CPU machine it then says why it stops),
 # else $(PYTHON): a GPU machine's own torch and Triton.
 BENCH_PY ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
 bench:
-	$(BENCH_PY) -m helpers.bench sweep
+	$(BENCH_PY) tools/bench.py sweep
 
 tune:
-	$(BENCH_PY) -m helpers.bench tune
+	$(BENCH_PY) tools/bench.py tune
 
 # Run on Linux: pip freeze lists Triton only where it is installed (requirements.txt skips it elsewhere).
 lock: venv

@@ -3,7 +3,7 @@
 Every file is a CSV whose first lines are ``# key: value`` comments naming where the numbers came
 from (gpu, driver, torch, triton, date, commit, command), then a header row and the data. On the
 CPU the lessons show these files and say where they came from; on a GPU they measure live with
-the same code (``helpers.bench``) that wrote them.
+the same code that wrote them (``tools/bench.py`` calls the lessons' measurements).
 """
 
 from __future__ import annotations

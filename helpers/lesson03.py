@@ -1,5 +1,5 @@
 """Lesson 03 · Fused softmax in Triton: figures (from the notebook's DataFrames), the live ``limits_rows``
-(GPU only; ``helpers.bench lessons``) and the checkers of exercises 3.1 to 3.4. Tables and numbers: the notebook."""
+(GPU only; ``tools/bench.py lessons``) and the checkers of exercises 3.1 to 3.4. Tables and numbers: the notebook."""
 
 import math
 

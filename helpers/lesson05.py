@@ -1,5 +1,5 @@
 """Lesson 05 · A persistent softmax sized from the compiled kernel, and where the time goes. Only what a learner
-need not read: live GPU measurements (``*_rows``, also recorded by ``python -m helpers.bench``; ``live`` makes them
+need not read: live GPU measurements (``*_rows``, also recorded by ``python tools/bench.py``; ``live`` makes them
 the DataFrames the lesson loads on the CPU), the figures, and the checkers of exercises 5.1 to 5.4."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def registers_by_partition(n_regs: int, num_warps: int, props: dict, partitions:
     return (props["regs_per_sm"] // partitions) // warp_registers(n_regs, props["warp_size"]) * partitions // num_warps
 
 
-# Live measurements (GPU only): what helpers.bench records and the lesson measures on a GPU
+# Live measurements (GPU only): what tools/bench.py records and the lesson measures on a GPU
 def device_props_rows() -> list[dict]:
     """The GPU's limits (``helpers.gpu_props``) and the copy's bandwidth on a 1 GiB tensor."""
     return [{k: round(v, 1) if isinstance(v, float) else v for k, v in device_facts().items()}]

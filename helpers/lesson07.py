@@ -4,14 +4,17 @@ whatever the learner wrote). The tables, the tolerances and the numbers are in t
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 
 import torch
 import torch.nn.functional as F
 
-from . import attention_bench, plots
+from . import measure, plots
 from .exercises import Wrong, call_attempt, check, guarded, launch_learner_kernel
-from .mode import INTERPRETER
+from .kernels import attention, naive_attention
+from .mode import DEVICE, INTERPRETER
 
 NEG_INF = float("-inf")
 LOG2E = 1.4426950408889634
@@ -126,12 +129,41 @@ def plot_tiles(cases=((300, 400, 128, 64, False), (512, 512, 128, 64, True))):
     return fig
 
 
-def attention_rows(rounds: int = 3) -> list[dict]:
-    """On a GPU: a short sweep (fp16, S = 1K and 4K; the course, SDPA, its cuDNN backend, naive) in the
-    recording's columns, medians of ``rounds`` rounds with their spreads (``helpers.attention_bench``)."""
-    attention_bench.require_gpu("helpers.lesson07.attention_rows()")
-    return attention_bench.sweep(seqs=(1024, 4096), dtypes=("float16",), rounds=rounds,
-                                 providers=("course", "sdpa", "sdpa_cudnn", "naive"))
+def attention_rows(rounds: int = 3, seqs=(1024, 4096), dims=(64, 128), B: int = 4, H: int = 16) -> list[dict]:
+    """On a GPU: fp16, B x H heads of S x D, causal or not; the course, SDPA, its cuDNN backend and naive,
+    each checked against SDPA, its peak memory, then GPU time in ``rounds`` rounds interleaved over them
+    (medians and spreads), in the recording's columns (``tools/attention_bench.py`` records the full sweep)."""
+    measure.require_gpu("helpers.lesson07.attention_rows()")
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    def sdpa(q, k, v, causal):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    def cudnn(q, k, v, causal):
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            return sdpa(q, k, v, causal)
+
+    impl = {"course": attention, "sdpa": sdpa, "sdpa_cudnn": cudnn, "naive": naive_attention}
+    rows = []
+    for D, causal, S in itertools.product(dims, (False, True), seqs):
+        q, k, v = (torch.randn(B, H, S, D, device=DEVICE, dtype=torch.float16) for _ in range(3))
+        want, fns, mib, status = impl["sdpa"](q, k, v, causal), {}, {}, {}
+        for p, f in impl.items():
+            fn = functools.partial(f, q, k, v, causal=causal)
+            try:
+                err = (fn() - want).abs().max().item()
+                status[p] = "ok" if err <= 1e-2 else f"wrong: max abs error {err:.3g} against SDPA"
+            except RuntimeError as e:  # a backend that does not take these inputs
+                status[p] = f"refused: {type(e).__name__}"
+            if status[p] == "ok":
+                fns[p], mib[p] = fn, measure.peak_mib(fn)
+        timed, flops = measure.interleaved(fns, rounds), 4 * B * H * S * S * D / (2 if causal else 1)
+        for p in impl:
+            ms, spread = timed.get(p, (math.nan, math.nan))
+            rows.append(dict(dtype="float16", B=B, H=H, S=S, D=D, causal=int(causal), provider=p, graph_ms=ms,
+                             graph_tflops=flops / ms / 1e9, graph_spread=spread, peak_mib=mib.get(p, math.nan),
+                             status=status[p]))
+    return rows
 
 
 # --- Exercise 7.1: causal attention in PyTorch ---

@@ -1,18 +1,21 @@
 """Lesson 08 · The backward pass, and softmax as a PyTorch op.
 
 What the lesson need not show: the live bandwidth measurement (``backward_rows``; the full sweep is
-``python -m helpers.backward_bench``), its figure, the op demos' glue and the checkers of 8.1 to 8.3."""
+``python tools/backward_bench.py``), its figure, the op demos' glue and the checkers of 8.1 to 8.3."""
 
 from __future__ import annotations
+
+import itertools
+import math
 
 import torch
 import triton
 
-from . import data, plots
-from .kernels import softmax
+from . import data, measure, plots
+from .kernels import softmax, softmax_backward, softmax_backward_looped
 from .exercises import (Wrong, call_attempt, check, guarded, guards_intact, is_untouched, launch_learner_kernel,
                         require_kernel)
-from .mode import ON_GPU
+from .mode import DEVICE, ON_GPU
 from .reference import round_up_err
 
 # --- Bandwidth: measured live on a GPU, drawn from a DataFrame
@@ -21,18 +24,35 @@ from .reference import round_up_err
 LIVE_NS = (1024, 2048, 32768)
 
 
-def backward_rows(ns=LIVE_NS, dtypes=("float32", "bfloat16"), M: int = 4096) -> list[dict]:
-    """The benchmark's rows for a few row lengths, measured now on this GPU: its checks and rounds, GPU
-    time only, with ``measure.gpu_ms`` at its default (the recording replays 50 ms, and times eager and host)."""
+def backward_rows(ns=LIVE_NS, dtypes=("float32", "bfloat16"), M: int = 4096, rounds: int = 3) -> list[dict]:
+    """The benchmark's providers at a few row lengths, measured now on this GPU as ``tools/backward_bench.py``
+    records them: checked against the float64 formula, then GPU time (``measure.gpu_ms`` at its default) in
+    ``rounds`` rounds interleaved over them; ``graph_frac = 1.5 x copy time / time`` (3MN elements against 2MN)."""
     if not ON_GPU:
         raise RuntimeError("backward_rows measures on a GPU, and this run has none: data.load('backward', gpu='h100').")
-    from . import backward_bench as bench, measure
-
-    bench.warm_up_gpu()
-    timers = {"graph_ms": measure.gpu_ms}
-    rows = [r for d in dtypes for n in ns for r in bench.measure(M, n, bench.DTYPES[d], timers=timers)]
-    unmeasured = ("ms", "frac_of_copy", "host_us", "spread")  # eager and host times
-    return [{k: v for k, v in r.items() if k not in unmeasured} for r in rows]
+    measure.warm_up_gpu()
+    rows = []
+    for d, N in itertools.product(dtypes, ns):
+        g = torch.Generator(DEVICE).manual_seed(0)
+        y = torch.softmax(torch.randn(M, N, device=DEVICE, generator=g), -1).to(measure.DTYPES[d])
+        dy, out = torch.randn(M, N, device=DEVICE, generator=g).to(y.dtype), torch.empty_like(y)
+        y64, dy64 = y.double(), dy.double()
+        ref = y64 * (dy64 - (y64 * dy64).sum(-1, keepdim=True))
+        fns = {"copy": lambda: out.copy_(y), "course": lambda: softmax_backward(y, dy),
+               "course_looped": lambda: softmax_backward_looped(y, dy),
+               "torch_backward": lambda: torch._softmax_backward_data(dy, y, -1, y.dtype),
+               "torch_naive_backward": lambda: y * (dy - (y * dy).sum(-1, keepdim=True))}
+        err = {p: (fn().double() - (y64 if p == "copy" else ref)).abs().max().item() for p, fn in fns.items()}
+        tol = (1e-5 if y.dtype == torch.float32 else 3e-2) * ref.abs().max().item()
+        timed = measure.interleaved({p: fn for p, fn in fns.items() if err[p] <= tol}, rounds)
+        copy_ms = timed["copy"][0] if "copy" in timed else math.nan
+        for p in fns:
+            ms, spread = timed.get(p, (math.nan, math.nan))
+            status = "ok" if p in timed else f"wrong: max abs error {err[p]:.2e}"
+            frac = (1 if p == "copy" else 1.5) * copy_ms / ms
+            rows.append(dict(dtype=d, M=M, N=N, provider=p, graph_ms=ms, graph_frac=frac, graph_spread=spread,
+                             max_err=err[p], status=status))
+    return rows
 
 
 LABELS = {"copy": "copy (the ceiling)", "course": "helpers.softmax_backward (08)", "course_looped": "looped backward (08)",

@@ -230,6 +230,27 @@ def spread(values) -> float:
     return (max(values) - min(values)) / median(values) if all(math.isfinite(t) for t in values) else float("nan")
 
 
+def peak_mib(fn) -> float:
+    """MiB allocated at most during one call of ``fn`` beyond what was allocated before it (output included)."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    out = fn()
+    torch.cuda.synchronize()
+    del out
+    return (torch.cuda.max_memory_allocated() - base) / 2**20
+
+
+def interleaved(fns: dict, rounds: int = 3, timer=None) -> dict:
+    """name -> (median, spread) of ``timer(fn)`` (default ``gpu_ms``) over ``rounds`` rounds, each round
+    timing every function once in turn (a slow spell of the GPU hits them all alike)."""
+    times = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            times[name].append((timer or gpu_ms)(fn))
+    return {name: (median(t), spread(t)) for name, t in times.items()}
+
+
 def rounded(rows: list[dict], digits: int = 6) -> list[dict]:
     """Rows with their floats rounded (for a CSV)."""
     return [{k: (round(v, digits) if isinstance(v, float) and math.isfinite(v) else v) for k, v in r.items()} for r in rows]

@@ -141,7 +141,7 @@ def require_kernels(what: str = "This lesson") -> None:
 
 #: helpers' modules that need Triton (they import it, or a module that does).
 KERNEL_MODULES = ("helpers.launch", "helpers.kernels", "helpers.ops", "helpers.measure", "helpers.tuning",
-                  "helpers.peers", "helpers.bench", "helpers.attention_bench", "helpers.backward_bench")
+                  "helpers.peers")
 _KERNEL_LESSON = re.compile(r"helpers\.lesson(0[3-9]|[1-9]\d)$")
 
 

@@ -3,7 +3,7 @@
 The tiled kernel's tile shape (rows per program, warps, stages, persistent or not) and the
 cooperative split kernel's slice depend on the GPU, so each is **tuned once per device**:
 
-1. A GPU with a recorded table, ``figures/data/tuning_<gpu>.csv`` (``python -m helpers.bench tune``;
+1. A GPU with a recorded table, ``figures/data/tuning_<gpu>.csv`` (``python tools/bench.py tune``;
    the course records an H100 and an H200), uses each class's fastest candidate.
 2. Otherwise the first call of each class (dtype, power-of-two row length) times every candidate
    (``do_bench_cudagraph``), keeps the fastest and caches it in ``~/.cache/softmax-course/`` (or
@@ -314,7 +314,7 @@ def autotune_coop(M: int, N: int, dtype: torch.dtype, softmax_split_coop,
 def sweep(softmax_tiled, softmax_split_coop, dtypes=(torch.float32, torch.bfloat16),
           device: str = "cuda") -> list[dict]:
     """Every class, every candidate, on this GPU: the rows of ``figures/data/tuning_<gpu>.csv``.
-    The tuner's entry point (``python -m helpers.bench tune``) passes the two wrappers it tunes:
+    The tuner's entry point (``python tools/bench.py tune``) passes the two wrappers it tunes:
     ``helpers.kernels.softmax_tiled`` and ``helpers.kernels.softmax_split_coop``."""
     rows = []
     for dtype in dtypes:

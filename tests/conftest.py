@@ -6,6 +6,8 @@
   ``ci`` (default): few examples, derandomized, so a CI run is reproducible and bounded in time;
   ``gpu``: many random examples, for a run on a real GPU (``HYPOTHESIS_PROFILE=gpu``);
   ``dev``: random examples with shrinking, for hunting a bug on the CPU.
+- tools/ is on ``sys.path``: the maintainers' scripts (``bench``, ``backward_bench``, ``attention_bench``,
+  ``bench_plots``, ``figures``) are imported by name, as they import each other when run.
 - The ``slow`` marker: tests that execute whole notebooks in a Jupyter kernel. They run in
   ``make test``; deselect them locally with ``-m "not slow"``.
 """
@@ -13,11 +15,15 @@
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 import helpers  # noqa: F401  (must come first: it decides interpreter vs GPU)
 import pytest
 import torch
 from hypothesis import HealthCheck, Phase, settings
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
 
 _SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
 

@@ -1,6 +1,7 @@
 """The softmax backward (lesson 08): the Triton kernels, ``helpers.softmax_backward``, the operator
 ``torch.ops.softmax_course.*`` behind ``helpers.softmax``'s autograd and ``torch.compile`` support,
-the cheap no-grad path, bad inputs, and the GPU benchmark's logic (run on the CPU with fake timers).
+the cheap no-grad path, bad inputs, and the GPU benchmark's logic (tools/backward_bench.py, run on the
+CPU with fake timers).
 
 Sizes stay small: under the interpreter every program of a kernel costs milliseconds.
 """
@@ -15,7 +16,8 @@ from pathlib import Path
 import helpers
 import pytest
 import torch
-from helpers import backward_bench, gpu_data, lesson08
+import backward_bench  # tools/backward_bench.py
+from helpers import gpu_data, lesson08
 from helpers.kernels import dispatch
 from helpers.kernels.backward import (BACKWARD_TILED_MAX_COLS, backward_plan, softmax_backward_looped,
                                       softmax_backward_tiled)
@@ -414,18 +416,19 @@ def test_bench_bfloat16_tolerance_accepts_the_course_and_torch():
 @pytest.mark.skipif(helpers.ON_GPU, reason="on a GPU the benchmark runs for real")
 def test_bench_without_a_gpu_says_so(tmp_path):
     out = tmp_path / "backward.csv"
-    r = subprocess.run([sys.executable, "-m", "helpers.backward_bench", str(out)], cwd=ROOT, capture_output=True,
+    r = subprocess.run([sys.executable, "tools/backward_bench.py", str(out)], cwd=ROOT, capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 2 and "needs an NVIDIA GPU" in r.stderr and not out.exists()
 
 
 def test_the_recordings_are_not_faked():
-    """figures/data/backward_<gpu>.csv come from GPU runs of the benchmark, with a spread for every timing."""
+    """figures/data/backward_<gpu>.csv come from GPU runs of the benchmark (named helpers.backward_bench before
+    it moved to tools/), with a spread for every timing."""
     paths = sorted(gpu_data.DATA_DIR.glob("backward*.csv"))
     assert {p.name for p in paths} >= {"backward_h100.csv", "backward_h200.csv"}
     for p in paths:
         rows, meta = gpu_data.read_csv(p)
-        assert "helpers.backward_bench" in meta.get("command", "") and "CPU" not in meta.get("gpu", "CPU"), p.name
+        assert "backward_bench" in meta.get("command", "") and "CPU" not in meta.get("gpu", "CPU"), p.name
         assert rows and all(r["status"] == "ok" and math.isfinite(float(r["graph_spread"])) for r in rows), p.name
 
 

@@ -9,8 +9,8 @@ import helpers
 import pandas as pd
 import pytest
 from claims import cell_with, prose, quotes
+from bench import HELD_OUT_SHAPES as HELD_OUT  # tools/bench.py's shapes
 from helpers import data, lesson05
-from helpers.bench import HELD_OUT_SHAPES as HELD_OUT
 
 L = "05"
 PROPS = data.load("device_props").to_dict("records")[0]

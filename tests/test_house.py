@@ -109,12 +109,22 @@ def test_lessons_are_siblings():
 
 def test_shared_layers_import_no_lesson():
     """Kernels, launch, measurement, plots, data and exercises never depend on a lesson (the
-    benchmark harness, which records what lessons measure, is the one module above them)."""
+    benchmark harness, tools/bench.py, which records what lessons measure, is above them)."""
     for path in sorted((ROOT / "helpers").rglob("*.py")):
-        if path.stem.startswith("lesson") or path.name == "bench.py":
+        if path.stem.startswith("lesson"):
             continue
         bad = sorted(m for m in _imports(path) if m.startswith("helpers.lesson"))
         assert not bad, f"{path.relative_to(ROOT)} imports a lesson: {bad}"
+
+
+def test_helpers_import_no_tool():
+    """The maintainers' scripts (tools/: benchmarks, figures) use helpers, never the other way round:
+    a learner's helpers work without them."""
+    scripts = {p.stem for p in (ROOT / "tools").glob("*.py")}
+    assert {"bench", "backward_bench", "attention_bench", "bench_plots"} <= scripts
+    for path in sorted((ROOT / "helpers").rglob("*.py")):
+        bad = sorted(m for m in _imports(path) if m.split(".")[0] in scripts | {"tools"})
+        assert not bad, f"{path.relative_to(ROOT)} imports a tool: {bad}"
 
 
 def test_one_module_per_kernel_family():

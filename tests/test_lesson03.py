@@ -72,9 +72,12 @@ def test_the_live_measurement_refuses_without_a_gpu():
 
 
 def test_limits_rows_keeps_its_name_for_the_benchmark():
-    from helpers import bench  # noqa: F401  (bench.lessons calls lesson03.limits_rows)
+    """``python tools/bench.py lessons`` records fused_limits.csv with lesson03.limits_rows."""
+    import inspect
 
-    assert callable(lesson03.limits_rows)
+    import bench
+
+    assert "lesson03.limits_rows" in inspect.getsource(bench.lessons) and callable(lesson03.limits_rows)
 
 
 @pytest.mark.parametrize("name", sorted(lesson03.FIGURES))

@@ -93,7 +93,7 @@ def test_waves(n, r, want):
 
 
 # --------------------------------------------------------------------------------------------
-# Live measurements: their names (helpers.bench calls them) and their refusal without a GPU
+# Live measurements: their names (tools/bench.py calls them) and their refusal without a GPU
 # --------------------------------------------------------------------------------------------
 
 

@@ -261,10 +261,10 @@ def test_live_measurements_need_a_gpu():
 
 
 def test_bench_calls_the_lessons_measurement():
-    """``python -m helpers.bench lessons`` records split_l2.csv with lesson06.l2_rows."""
+    """``python tools/bench.py lessons`` records split_l2.csv with lesson06.l2_rows."""
     import inspect
 
-    from helpers import bench
+    import bench
 
     assert "lesson06.l2_rows" in inspect.getsource(bench.lessons)
 

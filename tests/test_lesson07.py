@@ -1,6 +1,7 @@
 """Lesson 07 (attention): the notebook's teaching cells (the trace, the correctness table, the large
 scores, the merge) against float64, the tiles against brute force, the lesson's pandas cells on a
-recording of the live sweep's shape, the benchmark's logic on the CPU (rounds, medians, spreads),
+frame from the live sweep (its GPU faked), the benchmark's logic (tools/attention_bench.py) on the CPU
+(rounds, medians, spreads),
 and the exercise checkers, each fed the right answer, the untouched template, and the plausible
 wrong answers, one test each.
 
@@ -20,8 +21,8 @@ import matplotlib
 import pandas as pd
 import pytest
 import torch
-from helpers import attention_bench as AB
-from helpers import data, gpu_data, lesson07, plots
+import attention_bench as AB  # tools/attention_bench.py
+from helpers import data, gpu_data, lesson07, measure, plots
 from helpers.kernels import attention, naive_attention
 from helpers.lesson07 import FULL, MASKED, SKIPPED
 from helpers.reference import round_up_err
@@ -190,14 +191,22 @@ def _rounds_timer():
     return timer, calls
 
 
-@pytest.mark.skipif(helpers.ON_GPU, reason="the harness's CPU path (a fake timer), for machines without a GPU")
-def test_the_measured_cells_run_on_a_live_shaped_frame(capsys):
-    """What a GPU's live cell gives (fp16 only, two S, the course, SDPA, cuDNN and naive, with spreads):
-    the cells after it must run on it, mark the noisy cells, and survive a provider this GPU refuses
-    (cuDNN on a CPU tensor: no such column, so no fraction of cuDNN)."""
-    timer, _ = _rounds_timer()
-    rows = AB.sweep(seqs=(32, 48), dims=(16,), dtypes=("float16",), providers=("course", "sdpa", "sdpa_cudnn", "naive"),
-                    B=1, H=2, timer=timer, peak=lambda fn: 0.5, device="cpu", rounds=5)
+@pytest.mark.skipif(helpers.ON_GPU, reason="the live sweep with its GPU faked, for machines without a GPU")
+def test_the_measured_cells_run_on_the_live_rows(capsys, monkeypatch):
+    """What the live cell gives (lesson07.attention_rows: fp16, the course, SDPA, cuDNN and naive, with
+    spreads), its GPU timer and memory counter faked: the cells after it must run on it, mark the noisy
+    cells, and survive a provider this GPU refuses (cuDNN on a CPU tensor: no such column, so no fraction
+    of cuDNN)."""
+    timer, calls = _rounds_timer()
+    monkeypatch.setattr(measure, "ON_GPU", True)
+    monkeypatch.setattr(measure, "gpu_ms", lambda fn: timer(fn)[1])
+    monkeypatch.setattr(measure, "peak_mib", lambda fn: 0.5)
+    rows = lesson07.attention_rows(rounds=5, seqs=(32, 48), dims=(16,), B=1, H=2)
+    assert len(calls) == 2 * 2 * 3 * 5  # (causal or not) x 2 S, 3 providers that run on a CPU, 5 rounds each
+    by = {(r["causal"], r["S"], r["provider"]): r for r in rows}
+    assert by[(0, 32, "sdpa_cudnn")]["status"].startswith("refused") and by[(0, 32, "course")]["status"] == "ok"
+    assert by[(1, 48, "naive")]["graph_ms"] == 1.0 and by[(1, 48, "naive")]["graph_spread"] == pytest.approx(0.5)
+    assert by[(0, 32, "course")]["graph_tflops"] == pytest.approx(4 * 2 * 32 * 32 * 16 / 1e-3 / 1e12)
     for r in rows:  # the live sweep's lengths, 1K and 4K (S >= 4K selects the second), and made-up speeds
         r["S"], r["graph_tflops"] = {32: 1024, 48: 4096}[r["S"]], {"course": 3.0, "sdpa": 4.0, "naive": 1.0}.get(r["provider"])
     att = data.frame(rows, gpu_data.provenance("test"))
@@ -211,12 +220,23 @@ def test_the_measured_cells_run_on_a_live_shaped_frame(capsys):
     matplotlib.pyplot.close("all")
 
 
-def test_attention_rows_needs_a_gpu(capsys):
+def test_attention_rows_needs_a_gpu():
     if helpers.ON_GPU:
         pytest.skip("on a GPU it measures")
-    with pytest.raises(SystemExit):
+    with pytest.raises(RuntimeError, match=r"helpers\.lesson07\.attention_rows\(\) measures on a GPU"):
         lesson07.attention_rows()
-    assert "helpers.lesson07.attention_rows()" in capsys.readouterr().err
+
+
+def test_attention_rows_does_not_time_a_wrong_provider(monkeypatch):
+    monkeypatch.setattr(measure, "ON_GPU", True)
+    monkeypatch.setattr(measure, "peak_mib", lambda fn: 0.5)
+    timed = []
+    monkeypatch.setattr(measure, "gpu_ms", lambda fn: timed.append(fn) or 1.0)
+    monkeypatch.setattr(lesson07, "attention", lambda q, k, v, causal=False: torch.zeros_like(q))
+    rows = lesson07.attention_rows(rounds=1, seqs=(24,), dims=(16,), B=1, H=1)
+    course = [r for r in rows if r["provider"] == "course"]
+    assert all(r["status"].startswith("wrong: max abs error") and math.isnan(r["graph_ms"]) for r in course)
+    assert len(timed) == 2 * (3 if helpers.ON_GPU else 2)  # SDPA and naive (and cuDNN on a GPU), causal or not
 
 
 # --- The benchmark's logic, on the CPU with a stand-in timer ----------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 import re
 import sys
 from pathlib import Path
@@ -112,20 +113,37 @@ def test_live_rows_need_a_gpu():
 
 
 def test_live_rows_time_the_gpu_only_in_the_benchmarks_rounds(monkeypatch):
-    """backward_rows with the GPU faked: every provider checked by the benchmark, then timed by its GPU
-    timer only, in its rounds; the rows keep the columns the lesson shows, with no empty (eager, host) ones."""
-    from helpers import backward_bench, measure
+    """backward_rows with the GPU faked: every provider of the benchmark checked against float64, then timed
+    by the GPU timer only, in rounds interleaved over them; the rows keep the columns the lesson shows, with
+    no empty (eager, host) ones, and the same providers as the recording."""
+    import backward_bench  # tools/backward_bench.py: what the recording measures
+    from helpers import measure
 
     calls = []
     monkeypatch.setattr(lesson08, "ON_GPU", True)
-    monkeypatch.setattr(backward_bench, "warm_up_gpu", lambda: None)
+    monkeypatch.setattr(measure, "warm_up_gpu", lambda: None)
     monkeypatch.setattr(measure, "gpu_ms", lambda fn: calls.append(fn) or 2.0)
-    bench = data.frame(lesson08.backward_rows(ns=(8, 20), dtypes=("float32",), M=3), {"gpu": "Test GPU"})
+    bench = data.frame(lesson08.backward_rows(ns=(8, 20), dtypes=("float32", "bfloat16"), M=3, rounds=2),
+                       {"gpu": "Test GPU"})
     assert list(bench.columns) == ["dtype", "M", "N", "provider", "graph_ms", "graph_frac", "graph_spread", "max_err", "status"]
-    assert len(bench) == 2 * 5 and (bench.status == "ok").all() and bench.notna().all().all()
-    assert len(calls) == 2 * 5 * backward_bench.ROUNDS
+    assert len(bench) == 4 * 5 and (bench.status == "ok").all() and bench.notna().all().all()
+    assert list(bench.provider[:5]) == list(backward_bench.providers())
+    assert len(calls) == 4 * 5 * 2 and calls[0] is not calls[1]  # 2 rounds, each over the 5 providers in turn
     assert (bench.graph_frac == bench.provider.map(lambda p: 1.0 if p == "copy" else 1.5)).all()
     assert (bench.graph_spread == 0).all()
+
+
+def test_live_rows_do_not_time_a_wrong_provider(monkeypatch):
+    """A provider whose dx is off (here the course's, faked) is reported with its error and not timed."""
+    from helpers import measure
+
+    monkeypatch.setattr(lesson08, "ON_GPU", True)
+    monkeypatch.setattr(measure, "warm_up_gpu", lambda: None)
+    monkeypatch.setattr(measure, "gpu_ms", lambda fn: 2.0)
+    monkeypatch.setattr(lesson08, "softmax_backward", lambda y, dy: y * dy)  # forgets the - sum(y * dy) term
+    rows = {r["provider"]: r for r in lesson08.backward_rows(ns=(16,), dtypes=("float32",), M=2, rounds=1)}
+    assert rows["course"]["status"].startswith("wrong: max abs error") and math.isnan(rows["course"]["graph_ms"])
+    assert rows["course_looped"]["status"] == "ok" and rows["course_looped"]["graph_frac"] == 1.5
     assert lesson08.LIVE_NS == (1024, 2048, 32768)  # copies in L2 and not, the fair ones, the slow fp32 one
 
 

@@ -233,9 +233,9 @@ def test_occupancy_without_shared_memory_is_not_limited_by_it():
 
 def test_gpu_data_round_trip(tmp_path, monkeypatch):
     monkeypatch.setenv("SOFTMAX_COURSE_COMMIT", "abc1234")
-    meta = gpu_data.provenance("python -m helpers.bench --quick")
+    meta = gpu_data.provenance("python tools/bench.py --quick")
     assert tuple(meta) == gpu_data.PROVENANCE_KEYS
-    assert meta["commit"] == "abc1234" and meta["command"] == "python -m helpers.bench --quick"
+    assert meta["commit"] == "abc1234" and meta["command"] == "python tools/bench.py --quick"
     rows = [
         {"provider": "fused", "n_cols": 128, "gbps": 1234.5, "note": ""},
         {"provider": "online", "n_cols": 65536, "gbps": 2.5e3, "note": "a, quoted; value"},

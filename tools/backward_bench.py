@@ -1,6 +1,6 @@
 """The softmax backward on a GPU: the course's Triton kernels against PyTorch's, checked, then timed.
 
-    python -m helpers.backward_bench figures/data/backward_h100.csv     # three timing rounds per shape: a few minutes on an H100
+    python tools/backward_bench.py figures/data/backward_h100.csv   # 3 timing rounds per shape: minutes on an H100
 
 M = 4096 rows, N in ``NS``, float32 and bfloat16; y is the softmax of a random normal x, dy random
 normal. Providers: ``copy`` (``out.copy_(y)``, the ceiling: 2MN elements), ``course``
@@ -22,13 +22,17 @@ import time
 from pathlib import Path
 from typing import Callable
 
-import torch
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # helpers, from this checkout
 
-from .gpu_data import provenance, write_csv
-from . import measure as _measure  # (`measure` below is this module's own function)
-from .measure import exit_without_gpu, median, spread, warm_up_gpu
-from .kernels.backward import softmax_backward, softmax_backward_looped
-from .mode import DEVICE
+import helpers  # noqa: E402,F401  (first: interpreter or GPU)
+import torch  # noqa: E402
+
+from helpers.gpu_data import provenance, write_csv
+from helpers import measure as _measure  # (`measure` below is this module's own function)
+from helpers.measure import exit_without_gpu, median, spread, warm_up_gpu
+from helpers.kernels.backward import softmax_backward, softmax_backward_looped
+from helpers.mode import DEVICE
 
 M_ROWS = 4096
 NS = (1024, 2048, 4096, 8192, 12672, 16384, 32768)
@@ -190,7 +194,7 @@ def summary(rows: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m helpers.backward_bench", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python tools/backward_bench.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("out_csv", help="where to write the CSV (the lesson reads figures/data/backward.csv)")
     ap.add_argument("--dtypes", default="float32,bfloat16")
     ap.add_argument("--ns", default=",".join(map(str, NS)), help="row lengths, comma-separated")
@@ -199,7 +203,7 @@ def main(argv=None) -> int:
     t0 = time.time()
     log = lambda s: print(s, file=sys.stderr, flush=True)
     rows = sweep(ns=tuple(int(n) for n in args.ns.split(",")), dtypes=tuple(args.dtypes.split(",")), log=log)
-    cmd = "python -m helpers.backward_bench " + " ".join(argv if argv is not None else sys.argv[1:])
+    cmd = "python tools/backward_bench.py " + " ".join(argv if argv is not None else sys.argv[1:])
     path = write_csv(Path(args.out_csv), rows, provenance(cmd))
     print(summary(rows))
     print(f"wrote {path} ({len(rows)} rows) in {time.time() - t0:.0f} s", file=sys.stderr)

@@ -1,9 +1,9 @@
 """Forward attention on a GPU: the course's kernel (lesson 07) against PyTorch's SDPA backends and
 the naive, materialised version.
 
-    python -m helpers.attention_bench figures/data/attention.csv          # the sweep lesson 07 shows
-    python -m helpers.attention_bench OUT.csv --quick                     # fp16, S = 1K and 4K only
-    python -m helpers.attention_bench OUT.csv --tune                      # the kernel's tile configurations
+    python tools/attention_bench.py figures/data/attention.csv          # the sweep lesson 07 shows
+    python tools/attention_bench.py OUT.csv --quick                     # fp16, S = 1K and 4K only
+    python tools/attention_bench.py OUT.csv --tune                      # the kernel's tile configurations
 
 The sweep: B = 4, H = 16, S = Sq = Sk in ``SEQS``, D in (64, 128), float16 and bfloat16, causal and
 not. Providers (``PROVIDERS``): ``course`` (``helpers.attention``), ``sdpa`` (PyTorch picks the
@@ -27,13 +27,17 @@ import sys
 import time
 from pathlib import Path
 
-import torch
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # helpers, from this checkout
+
+import helpers  # noqa: E402,F401  (first: interpreter or GPU)
+import torch  # noqa: E402
 import torch.nn.functional as F
 
-from .gpu_data import provenance, write_csv
-from .measure import eager_ms, exit_without_gpu, gpu_ms, median, spread
-from .kernels.attention import AttentionConfig, _launcher, attention, attention_plan, naive_attention
-from .mode import ON_GPU
+from helpers.gpu_data import provenance, write_csv
+from helpers.measure import eager_ms, exit_without_gpu, gpu_ms, median, peak_mib, spread
+from helpers.kernels.attention import AttentionConfig, _launcher, attention, attention_plan, naive_attention
+from helpers.mode import ON_GPU
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 PROVIDERS = ("course", "sdpa", "sdpa_cudnn", "sdpa_flash", "sdpa_efficient", "naive")
@@ -132,18 +136,6 @@ def gpu_timer(rep: int = REP):
     return timer
 
 
-def gpu_peak_mib(fn) -> float:
-    """MiB allocated at most during one call of ``fn`` beyond what was allocated before it."""
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
-    out = fn()
-    torch.cuda.synchronize()
-    peak = torch.cuda.max_memory_allocated() - base
-    del out
-    return peak / 2**20
-
-
 def _free_bytes(device) -> int:
     if torch.device(device).type != "cuda":
         return 2**62
@@ -172,7 +164,7 @@ def measure_shape(dtype_name: str, B: int, H: int, S: int, D: int, causal: bool,
     each (failures included) with the medians and the spreads."""
     device = device or ("cuda" if ON_GPU else "cpu")
     timer = timer or gpu_timer()
-    peak = peak or gpu_peak_mib
+    peak = peak or peak_mib
     dtype = DTYPES.get(dtype_name, getattr(torch, dtype_name, None))
     q, k, v, heads, rows_idx, ref = _inputs(B, H, S, D, dtype, causal, device, seed)
     f = flops(B, H, S, D, causal)
@@ -343,7 +335,7 @@ def main(argv=None) -> int:
     require_gpu()
     VERBOSE[0] = True
     t0 = time.time()
-    command = "python -m helpers.attention_bench " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python tools/attention_bench.py " + " ".join(argv if argv is not None else sys.argv[1:])
     if args.tune:
         rows = tune(rounds=args.rounds)
         for (D, causal), r in sorted(best_configs(rows).items()):

@@ -1,26 +1,31 @@
-"""``python -m helpers.figures``: write every figure of the course to ``figures/<name>.png``.
+"""``python tools/figures.py`` (`make figures`): write every figure of the course to ``figures/<name>.png``.
 
-Each lesson module lists its figures in a ``FIGURES`` dict of zero-argument functions; on the
-CPU they draw the recorded GPU data, so the PNGs match what the notebooks show.
+Each lesson module lists its figures in a ``FIGURES`` dict of zero-argument functions, and so does
+``tools/bench_plots.py`` (the README's); on the CPU they draw the recorded GPU data, so the PNGs
+match what the notebooks show.
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
+from pathlib import Path
 
-import matplotlib.pyplot as plt
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # helpers, from this checkout
 
-from .plots import save
+import matplotlib.pyplot as plt  # noqa: E402
 
-MODULES = ["lesson01", "lesson02", "lesson03", "lesson04", "lesson05", "lesson06", "lesson07", "lesson08", "bench_plots"]
+from helpers.plots import save  # noqa: E402
+
+MODULES = [*(f"helpers.lesson0{n}" for n in range(1, 9)), "bench_plots"]
 
 
 def all_figures() -> dict:
     out = {}
     for name in MODULES:
         try:
-            mod = importlib.import_module(f"helpers.{name}")
+            mod = importlib.import_module(name)
         except ModuleNotFoundError:
             continue
         out.update(getattr(mod, "FIGURES", {}))

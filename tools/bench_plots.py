@@ -4,8 +4,16 @@ copy in GPU time. Used by ``make bench``, ``make figures`` and the README."""
 
 from __future__ import annotations
 
-from .gpu_data import bench, ok
-from .plots import COLORS, LABELS as _LABELS, new_figure
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # helpers, from this checkout
+
+import helpers  # noqa: E402,F401  (first: interpreter or GPU)
+
+from helpers.gpu_data import bench, ok
+from helpers.plots import COLORS, LABELS as _LABELS, new_figure
 
 #: Providers drawn, in legend order (labels as in every figure of the course).
 LABELS = {p: _LABELS[p] for p in ("copy", "torch_naive", "torch_softmax", "torch_compile", "triton_tutorial", "liger",

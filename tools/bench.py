@@ -1,11 +1,11 @@
 """The course's benchmark harness: validates and times every softmax on a GPU and records the data
 the lessons and the README show (``figures/data/``), with provenance.
 
-    python -m helpers.bench sweep     # `make bench`: every provider at every shape -> bench_<gpu>.csv
-    python -m helpers.bench tune      # the tuned configurations of this GPU -> tuning_<gpu>.csv
-    python -m helpers.bench lessons   # what lessons 03-06 measure -> device_props.csv, fused_limits.csv, ...
-    python -m helpers.bench launch    # host µs per call of each way to launch a kernel -> launch_<gpu>.csv
-    python -m helpers.bench all
+    python tools/bench.py sweep     # `make bench`: every provider at every shape -> bench_<gpu>.csv
+    python tools/bench.py tune      # the tuned configurations of this GPU -> tuning_<gpu>.csv
+    python tools/bench.py lessons   # what lessons 03-06 measure -> device_props.csv, fused_limits.csv, ...
+    python tools/bench.py launch    # host µs per call of each way to launch a kernel -> launch_<gpu>.csv
+    python tools/bench.py all
 
 How each case is timed is ``helpers.measure``'s docstring. ``--out`` names another file for the
 sweep (e.g. a second run for the run-to-run check).
@@ -18,12 +18,16 @@ import sys
 import time
 from pathlib import Path
 
-import torch
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # helpers, from this checkout
 
-from . import gpu_data
-from .gpu_data import DATA_DIR, gpu_short_name, provenance, write_csv
-from .measure import DTYPES, exit_without_gpu, measure_shape, progress, providers, rounded, warm_up_gpu
-from .mode import ON_GPU
+import helpers  # noqa: E402,F401  (first: interpreter or GPU)
+import torch  # noqa: E402
+
+from helpers import gpu_data
+from helpers.gpu_data import DATA_DIR, gpu_short_name, provenance, write_csv
+from helpers.measure import DTYPES, exit_without_gpu, measure_shape, progress, providers, rounded, warm_up_gpu
+from helpers.mode import ON_GPU
 
 #: The `make bench` sweep: M = 4096 over N, and few long rows.
 SWEEP_SHAPES = [(4096, n) for n in (256, 512, 1024, 2048, 4096, 8192, 12672, 16384, 32768)] + [
@@ -46,7 +50,7 @@ def sweep(shapes=None, dtypes=("float32", "bfloat16"), provs=None, out_name=None
     warm_up_gpu()
     rows = []
     name = out_name or f"bench_{gpu_short_name()}"
-    meta = provenance("python -m helpers.bench sweep")
+    meta = provenance("python tools/bench.py sweep")
     for d, (M, N) in progress([(d, s) for d in dtypes for s in shapes], "bench"):
         rows += measure_shape(M, N, DTYPES[d], provs)
         path = write_csv(DATA_DIR / f"{name}.csv", rounded(rows), meta)  # after every shape: a cut-off run keeps its cells
@@ -76,14 +80,14 @@ def summary(rows: list[dict], provider: str = "softmax") -> str:
 def tune() -> Path:
     """Time every candidate configuration of this GPU and record the table ``helpers.tuning`` reads."""
     require_gpu("tuning")
-    from . import kernels, tuning
-    from .device import gpu_props
+    from helpers import kernels, tuning
+    from helpers.device import gpu_props
 
     warm_up_gpu()
     t0 = time.time()
     rows = tuning.sweep(kernels.softmax_tiled, kernels.softmax_split_coop)
     name = gpu_props()["name"]
-    path = tuning.write_recorded(rows, name, provenance("python -m helpers.bench tune"))
+    path = tuning.write_recorded(rows, name, provenance("python tools/bench.py tune"))
     print(f"wrote {path} ({len(rows)} candidates in {time.time() - t0:.0f} s)", file=sys.stderr)
     return path
 
@@ -91,7 +95,7 @@ def tune() -> Path:
 def lessons(out_dir=DATA_DIR, only=None) -> None:
     """Record what lessons 03-06 show on this GPU: each lesson's own measurement functions."""
     require_gpu("recording the lessons' GPU data")
-    from . import lesson03, lesson04, lesson05, lesson06
+    from helpers import lesson03, lesson04, lesson05, lesson06
 
     jobs = {
         "device_props": lesson05.device_props_rows,
@@ -107,30 +111,30 @@ def lessons(out_dir=DATA_DIR, only=None) -> None:
             continue
         t0 = time.time()
         rows = job()
-        write_csv(Path(out_dir) / f"{name}.csv", rounded(rows), provenance(f"python -m helpers.bench lessons ({name})"))
+        write_csv(Path(out_dir) / f"{name}.csv", rounded(rows), provenance(f"python tools/bench.py lessons ({name})"))
         print(f"{name}: {len(rows)} rows in {time.time() - t0:.0f} s", file=sys.stderr)
 
 
 def launch(out_name=None) -> Path:
     """Host µs per call of each way to launch the same compiled kernel, and of every wrapper."""
     require_gpu("the launch-cost measurement")
-    from . import lesson05
+    from helpers import lesson05
 
     rows = lesson05.launch_cost_rows()
     path = write_csv(DATA_DIR / f"{out_name or 'launch_' + gpu_short_name()}.csv", rounded(rows, 3),
-                     provenance("python -m helpers.bench launch"))
+                     provenance("python tools/bench.py launch"))
     print(f"wrote {path}", file=sys.stderr)
     return path
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m helpers.bench", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python tools/bench.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("what", nargs="?", default="sweep", choices=["sweep", "tune", "lessons", "launch", "all"])
     ap.add_argument("--dtypes", default="float32,bfloat16")
     ap.add_argument("--out", default=None, help="file name (without .csv) under figures/data/ for the sweep")
     ap.add_argument("--only", default=None, help="lessons: record only these files (comma-separated names)")
     args = ap.parse_args(argv)
-    require_gpu("`python -m helpers.bench`")
+    require_gpu("`python tools/bench.py`")
     if args.what in ("tune", "all"):
         tune()
     if args.what in ("lessons", "all"):
