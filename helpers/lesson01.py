@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from . import data, gpu_data, plots
+from . import data, plots
 from .exercises import Wrong, call_attempt, check, expect_close, fmt, same_values
 from .reference import reference_softmax, stable_softmax
 from .traffic import kernel_traffic, naive_ops
@@ -19,23 +19,6 @@ def traffic_rows(M: int, N: int) -> list[dict]:
     rows = [{"name": o.name, "code": o.code, "reads": o.reads, "writes": o.writes} for o in naive_ops(M, N)]
     return rows + [{"name": "naive total", "code": "", **kernel_traffic("naive", M, N)},
                    {"name": "fused kernel", "code": "y = softmax(x) in one kernel", **kernel_traffic("fused", M, N)}]
-
-
-def print_traffic_table(M: int, N: int, element_size: int = 4) -> None:
-    """Print the DRAM reads and writes of each naive op for an (M, N) input, in elements and in
-    MB (10**6 bytes) for ``element_size``-byte elements, with the totals and the fused kernel."""
-    rows, mb = traffic_rows(M, N), element_size / 1e6
-    print(f"M = {M}, N = {N}, {element_size}-byte elements (MN = {M * N:,})")
-    head = f"{'operation':<13} {'reads':>12} {'writes':>12} {'reads MB':>9} {'writes MB':>9}"
-    print(head)
-    print("-" * len(head))
-    for r in rows:
-        if r["name"] == "naive total":
-            print("-" * len(head))
-        print(f"{r['name']:<13} {r['reads']:>12,} {r['writes']:>12,} {r['reads'] * mb:>9.1f} {r['writes'] * mb:>9.1f}")
-    naive, fused = rows[-2], rows[-1]
-    ratio = (naive["reads"] + naive["writes"]) / (fused["reads"] + fused["writes"])
-    print(f"naive / fused traffic: {ratio:.2f}x")
 
 
 def plot_naive_traffic(M: int = 4096, N: int = 1024):
@@ -79,8 +62,8 @@ def recorded_gpu() -> dict:
     DRAM peak from its memory clock and bus width (``bytes_per_s``: the memory roof), the measured
     ``y.copy_(x)`` of 1 GiB (eager and GPU time), the fp32 peak (SMs x 128 lanes x 2 FLOP x the
     boost clock), the provenance."""
-    props, meta = gpu_data.device_props(live=False)
-    sms = int(props["sm_count"])
+    df = data.load("device_props")
+    props, sms = df.iloc[0], int(df.sm_count.iloc[0])
     return {
         "name": props["name"].replace("NVIDIA ", ""),
         "full_name": props["name"],
@@ -89,22 +72,8 @@ def recorded_gpu() -> dict:
         "bytes_per_s": float(props["dram_peak_gbps"]) * 1e9,
         "copy_bytes_per_s": float(props["copy_gbps_1GiB"]) * 1e9,
         "copy_graph_bytes_per_s": float(props["copy_graph_gbps_1GiB"]) * 1e9,
-        "provenance": data.provenance(data.load("device_props")),  # GPU, driver, versions, date, command
+        "provenance": data.provenance(df),  # GPU, driver, versions, date, command
     }
-
-
-def print_gpu(gpu: dict | None = None) -> None:
-    """Print the recorded GPU's peaks (DRAM, measured copy, fp32) and where they come from."""
-    g = recorded_gpu() if gpu is None else gpu
-    peak = g["bytes_per_s"]
-    print(f"{g['full_name']} (figures/data/device_props.csv)")
-    print(f"  DRAM peak, from the memory clock and bus width   {peak / 1e9:6.0f} GB/s")
-    for label, key in (("eager time", "copy_bytes_per_s"), ("GPU time  ", "copy_graph_bytes_per_s")):
-        print(f"  y.copy_(x) of 1 GiB, measured, {label}        {g[key] / 1e9:6.0f} GB/s  "
-              f"({g[key] / peak:.2f} of the peak)")
-    print(f"  fp32 arithmetic: {g['sm_count']} SMs x {FP32_LANES_PER_SM} lanes x 2 FLOP x "
-          f"{BOOST_CLOCK_HZ / 1e9:.2f} GHz = {g['fp32_flops'] / 1e12:.1f} TFLOP/s")
-    print(g["provenance"])
 
 
 #: Floating-point operations per element of softmax: compare (max), subtract, exp, add (sum),
@@ -123,21 +92,6 @@ def softmax_intensity(kernel: str = "fused", element_size: int = 4, M: int = 409
     """Arithmetic intensity (FLOPs per byte of DRAM traffic) of softmax as ``kernel`` computes it."""
     t = kernel_traffic(kernel, M, N)
     return SOFTMAX_FLOPS_PER_ELEMENT * M * N / ((t["reads"] + t["writes"]) * element_size)
-
-
-def print_time_estimate(M: int, N: int, element_size: int = 4, gpu: dict | None = None) -> None:
-    """Print how long softmax's arithmetic and memory traffic take at the GPU's peak rates."""
-    g = recorded_gpu() if gpu is None else gpu
-    flops = SOFTMAX_FLOPS_PER_ELEMENT * M * N
-    t_compute = flops / g["fp32_flops"]
-    print(f"softmax of {M} x {N}, {element_size}-byte elements, on the {g['name']} at its peaks")
-    print(f"  {'arithmetic':<14} {flops / 1e6:7.1f} MFLOP at {g['fp32_flops'] / 1e12:5.1f} TFLOP/s -> {t_compute * 1e6:6.1f} us")
-    for kernel in ("naive", "fused"):
-        t = kernel_traffic(kernel, M, N)
-        nbytes = (t["reads"] + t["writes"]) * element_size
-        t_mem = nbytes / g["bytes_per_s"]
-        print(f"  {kernel + ' traffic':<14} {nbytes / 1e6:7.1f} MB    at {g['bytes_per_s'] / 1e9:5.0f} GB/s    -> "
-              f"{t_mem * 1e6:6.1f} us  ({t_mem / t_compute:.0f}x the arithmetic)")
 
 
 def plot_roofline(gpu: dict | None = None):

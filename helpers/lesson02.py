@@ -66,17 +66,6 @@ def softmax_in_dtype(x: torch.Tensor) -> torch.Tensor:
     return numerator / numerator.sum(dim=-1, keepdim=True)
 
 
-def print_float16_sweep(xs=(8.0, 10.0, 10.5, 10.7, 11.0, 11.08, 11.09, 12.0)) -> None:
-    """For each x, the float16 row [x-2, x-1, x]: exp of its largest entry, the sum of the exps,
-    and its softmax computed naively and with the max shift (all in float16: ``softmax_in_dtype``)."""
-    print(f"{'x (fp16)':>9} {'exp(x)':>8} {'sum of exp':>10}   {'naive softmax':<24} stable softmax")
-    for x in xs:
-        row = torch.tensor([x - 2, x - 1, x], dtype=torch.float16)
-        e = torch.exp(row)
-        print(f"{float(row[2]):>9.4f} {float(e[2]):>8.6g} {float(e.sum()):>10.6g}   "
-              f"{fmt(naive_softmax(row), 3):<24} {fmt(softmax_in_dtype(row), 3)}")
-
-
 # The trick, step by step
 
 
@@ -93,15 +82,6 @@ def softmax_trace(x: torch.Tensor, stable: bool = True) -> list[tuple[str, str, 
     e = torch.exp(z)
     return steps + [("exp", f"e = exp({'z' if stable else 'x'})", e), ("sum", "s = sum(e)", e.sum()),
                     ("normalize", "y = e / s", e / e.sum())]
-
-
-def print_trace(x: torch.Tensor, stable: bool = True, digits: int = 4) -> None:
-    """Print softmax over a 1-D ``x`` one step at a time, rounded to ``digits`` decimals."""
-    steps = softmax_trace(x, stable)
-    print(f"softmax, {'stable (max shift)' if stable else 'naive (no shift)'}, in {_dtype_name(x.dtype)}")
-    for i, (step, expr, value) in enumerate(steps):
-        print(f"  {f'{i}.' if i else '  '} {step:<10} {expr:<14} {fmt(value, digits)}")
-    print(f"     sum of y = {fmt(steps[-1][2].sum(), digits)}")
 
 
 # The float16 sweep

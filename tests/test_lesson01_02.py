@@ -1,5 +1,5 @@
-"""The lesson modules of lessons 01 and 02: exercise checkers, traffic numbers, the printed trace,
-the float16 thresholds and the figures.
+"""The lesson modules of lessons 01 and 02: exercise checkers, traffic numbers, the trace, the
+float16 thresholds and the figures, and the notebooks' table cells built on them.
 
 Every checker must print exactly one line and never raise, whatever the learner wrote: a right
 answer gives "correct", an untouched template (``raise NotImplementedError``) "not yet", a wrong
@@ -12,17 +12,22 @@ import math
 
 import helpers
 import matplotlib
+import pandas as pd
 import pytest
 import torch
 from helpers import data, lesson01, lesson02
+from helpers.exercises import fmt
 from helpers.traffic import kernel_traffic
 from checking import _raises, _untouched
 from claims import code_cell_with
 
 
-def _run_cell(phrase: str) -> None:
-    """Run lesson 02's code cell that contains ``phrase`` (what it prints goes to capsys)."""
-    exec(code_cell_with("02", phrase), {"torch": torch, "helpers": helpers, "lesson02": lesson02})
+def _run_cell(phrase: str, lesson: str = "02", **names) -> dict:
+    """Run the lesson's code cell that contains ``phrase`` (what it prints goes to capsys); its namespace."""
+    ns = {"torch": torch, "helpers": helpers, "pd": pd, "data": data, "fmt": fmt, "lesson01": lesson01,
+          "lesson02": lesson02, **names}
+    exec(code_cell_with(lesson, phrase), ns)
+    return ns
 
 # --------------------------------------------------------------------------------------------
 # Attempts for every exercise: right, untouched, wrong, raising.
@@ -190,12 +195,14 @@ def test_traffic_rows(M, N):
     assert naive == {**naive, **kernel_traffic("naive", M, N)}
 
 
-def test_print_traffic_table(capsys):
-    lesson01.print_traffic_table(4096, 1024)
-    out = capsys.readouterr().out
-    assert "naive total     20,979,712   12,591,104      83.9      50.4" in out
-    assert "fused kernel     4,194,304    4,194,304      16.8      16.8" in out
-    assert out.rstrip().endswith("naive / fused traffic: 4.00x")
+def test_traffic_table_cell(capsys):
+    ns = _run_cell("lesson01.traffic_rows(M=4096, N=1024)", "01")
+    t = ns["traffic"]
+    assert t.loc["naive total", ["reads", "writes"]].tolist() == [20_979_712, 12_591_104]
+    assert t.loc["naive total", ["reads MB", "writes MB"]].round(1).tolist() == [83.9, 50.4]
+    assert t.loc["fused kernel", ["reads", "writes", "reads MB"]].round(1).tolist() == [4_194_304, 4_194_304, 16.8]
+    assert capsys.readouterr().out.strip() == "naive / fused traffic: 4.00x"
+    assert "20,979,712" in repr(data.show(t, digits=1))
 
 
 def test_recorded_gpu_comes_from_device_props():
@@ -216,15 +223,15 @@ def test_recorded_gpu_comes_from_device_props():
     assert g["fp32_flops"] == pytest.approx(67e12, rel=0.01)
 
 
-def test_print_gpu(capsys):
-    lesson01.print_gpu()
+def test_gpu_cell(capsys):
+    ns = _run_cell("gpu = lesson01.recorded_gpu()", "01")
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == "NVIDIA H100 80GB HBM3 (figures/data/device_props.csv)"
-    assert out[1].split()[-2:] == ["3352", "GB/s"]
-    assert "eager time" in out[2] and "2999 GB/s" in out[2] and "(0.89 of the peak)" in out[2]
-    assert "GPU time" in out[3] and "2432 GB/s" in out[3] and "(0.73 of the peak)" in out[3]
-    assert out[4].endswith("132 SMs x 128 lanes x 2 FLOP x 1.98 GHz = 66.9 TFLOP/s")
-    assert out[5].startswith("device_props.csv: NVIDIA H100 80GB HBM3") and "commit" not in out[5]
+    assert out[0].startswith("device_props.csv: NVIDIA H100 80GB HBM3") and "commit" not in out[0]
+    assert out[1] == "fp32 arithmetic: 132 SMs x 128 lanes x 2 FLOP x 1.98 GHz = 66.9 TFLOP/s"
+    bw = ns["bandwidth"]
+    assert bw["GB/s"].tolist() == [3352, 2999, 2432]
+    assert bw["of the peak"].round(2).tolist() == [1.0, 0.89, 0.73]
+    assert "eager time" in bw.index[1] and "GPU time" in bw.index[2]
 
 
 def test_intensity_and_ridge():
@@ -239,12 +246,13 @@ def test_intensity_and_ridge():
     assert lesson01.softmax_intensity("fused") < lesson01.ridge_point() / 30
 
 
-def test_print_time_estimate(capsys):
-    lesson01.print_time_estimate(4096, 4096)
-    out = capsys.readouterr().out
-    assert "83.9 MFLOP" in out and "66.9 TFLOP/s" in out and "1.3 us" in out
-    assert "536.9 MB" in out and "3352 GB/s" in out and "160.2 us" in out
-    assert "134.2 MB" in out and "40.0 us" in out
+def test_time_estimate_cell(capsys):
+    ns = _run_cell("t_math = lesson01.SOFTMAX_FLOPS_PER_ELEMENT", "01", gpu=lesson01.recorded_gpu())
+    assert capsys.readouterr().out.strip() == "arithmetic: 83.9 MFLOP at 66.9 TFLOP/s -> 1.3 us"
+    est = ns["estimate"].round(1)
+    assert est.loc["naive total", ["MB", "us at the DRAM peak"]].tolist() == [536.9, 160.2]
+    assert est.loc["fused kernel", ["MB", "us at the DRAM peak"]].tolist() == [134.2, 40.0]
+    assert est["x the arithmetic"].round().tolist() == [128, 32]
 
 
 # --------------------------------------------------------------------------------------------
@@ -301,13 +309,13 @@ def test_float16_sweep_regimes():
     assert torch.allclose(stable, torch.tensor(0.6652), atol=2e-3)
 
 
-def test_print_float16_sweep(capsys):
-    lesson02.print_float16_sweep((10.0, 11.0, 12.0))
-    lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 4
-    assert lines[1].split()[:3] == ["10.0000", "22032", "33120"]
-    assert "[0.0, 0.0, 0.0]" in lines[2] and "[0.0, 0.0, nan]" in lines[3]
-    assert all(line.rstrip().endswith("[0.09, 0.245, 0.666]") for line in lines[1:])
+def test_float16_sweep_cell():
+    sweep = pd.DataFrame(_run_cell("sweep = []")["sweep"]).set_index("x (fp16)")
+    assert len(sweep) == 8 and sweep.loc[10.0, ["exp(x)", "sum of exp"]].tolist() == [22032, 33120]
+    assert sweep.loc[11.0, "naive softmax"] == "[0.0, 0.0, 0.0]"
+    assert sweep.loc[12.0, "naive softmax"] == "[0.0, 0.0, nan]"
+    assert sweep.loc[10.703125, "sum of exp"] == math.inf and sweep.loc[10.5, "naive softmax"] == "[0.09, 0.245, 0.666]"
+    assert (sweep["stable softmax"] == "[0.09, 0.245, 0.666]").all()
 
 
 def test_trace_values():
@@ -326,19 +334,23 @@ def test_trace_values():
     assert torch.isinf(naive[1][2]).all() and torch.isnan(naive[3][2]).all()
 
 
-def test_print_trace_is_rounded_and_stable(capsys):
-    lesson02.print_trace(torch.tensor([1.0, 2.0, 3.0, 4.0]))
-    out = capsys.readouterr().out
-    assert out.splitlines() == [
-        "softmax, stable (max shift), in float32",
-        "     input      x              [1.0, 2.0, 3.0, 4.0]",
-        "  1. max        m = max(x)     4.0",
-        "  2. shift      z = x - m      [-3.0, -2.0, -1.0, 0.0]",
-        "  3. exp        e = exp(z)     [0.0498, 0.1353, 0.3679, 1.0]",
-        "  4. sum        s = sum(e)     1.553",
-        "  5. normalize  y = e / s      [0.0321, 0.0871, 0.2369, 0.6439]",
-        "     sum of y = 1.0",
+def test_trace_cells_are_rounded_and_stable():
+    trace = _run_cell("def trace(x, stable=True)")["trace"]
+    t = trace(torch.tensor([1.0, 2.0, 3.0, 4.0]))
+    assert [tuple(r) for r in t.reset_index().values] == [
+        ("input", "x", "[1.0, 2.0, 3.0, 4.0]"),
+        ("max", "m = max(x)", "4.0"),
+        ("shift", "z = x - m", "[-3.0, -2.0, -1.0, 0.0]"),
+        ("exp", "e = exp(z)", "[0.0498, 0.1353, 0.3679, 1.0]"),
+        ("sum", "s = sum(e)", "1.553"),
+        ("normalize", "y = e / s", "[0.0321, 0.0871, 0.2369, 0.6439]"),
+        ("check", "sum of y", "1.0"),
     ]
+    x = _run_cell("x = torch.tensor([1000.0, 1001.0, 1002.0])\ndata.show(pd.concat(", trace=trace)["x"]
+    assert x.tolist() == [1000.0, 1001.0, 1002.0]
+    naive, stable = trace(x, stable=False), trace(x)
+    assert naive.loc["normalize", "value"] == "[nan, nan, nan]" and naive.loc["check", "value"] == "nan"
+    assert stable.loc["normalize", "value"] == "[0.09, 0.2447, 0.6652]" and stable.loc["check", "value"] == "1.0"
 
 
 def test_trace_rejects_2d():
