@@ -19,8 +19,8 @@ import torch
 import backward_bench  # tools/backward_bench.py
 from helpers import gpu_data, lesson08
 from helpers.kernels import dispatch
-from helpers.kernels.backward import (BACKWARD_TILED_MAX_COLS, backward_plan, softmax_backward_looped,
-                                      softmax_backward_tiled)
+from helpers.kernels.backward import (BACKWARD_TILED_MAX_COLS, backward_plan, softmax_backward_coop,
+                                      softmax_backward_looped, softmax_backward_tiled)
 from helpers.mode import DEVICE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -102,13 +102,46 @@ def test_expanded_dy_the_gradient_of_a_sum():
     assert_backward_ok(helpers.softmax_backward(y, row), y, row)
 
 
-def test_long_rows_take_the_looped_kernel():
+def test_long_rows_are_split_across_programs():
     y, dy = pair((1, BACKWARD_TILED_MAX_COLS + 5), scale=1.0)
     plan = helpers.kernels.backward._backward.plan(y, dy)
-    assert plan.launches[0].kernel is helpers.kernels.softmax_backward_looped_kernel
+    if helpers.ON_GPU:  # one cooperative launch, every slice of the row resident at once
+        assert plan.launches[0].kernel is helpers.kernels.softmax_backward_coop_kernel
+        assert plan.launches[0].cooperative and plan.info["slices"] > 1
+    else:  # the interpreter runs programs one after another: the looped kernel computes the same
+        assert plan.delegate is softmax_backward_looped
     assert_backward_ok(helpers.softmax_backward(y, dy), y, dy)
     y, dy = pair((2, 64))
     assert backward_plan(helpers.launch.Rows.of(y, dy)).launches[0].kernel is helpers.kernels.softmax_backward_tiled_kernel
+
+
+def test_the_split_backward_everywhere_it_runs():
+    # On the CPU it hands over to the looped kernel; float64 does so on a GPU too.
+    for dtype in (torch.float32, torch.bfloat16, torch.float64):
+        y, dy = pair((3, 50), dtype)
+        assert_backward_ok(softmax_backward_coop(y, dy), y, dy)
+        assert_backward_ok(softmax_backward_coop(y, dy, 16, 1), y, dy)
+
+
+@pytest.mark.skipif(not helpers.ON_GPU, reason="the cooperative launch runs on a GPU only")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(1, 40001), (3, 65536), (5, 70001), (300, 40000), (2, 3, 131071), (1, 1 << 20)])
+def test_the_cooperative_backward_on_a_gpu(shape, dtype):
+    # irregular lengths (a partial last slice), several rounds per program (300 rows), leading dims
+    y, dy = pair(shape, dtype, scale=1.0)
+    assert_backward_ok(helpers.softmax_backward(y, dy), y, dy)
+    for slice_cols, warps in ((1024, 1), (2048, 4), (16384, 16)):
+        assert_backward_ok(softmax_backward_coop(y, dy, slice_cols, warps), y, dy)
+
+
+@pytest.mark.skipif(not helpers.ON_GPU, reason="the cooperative launch runs on a GPU only")
+def test_the_cooperative_backward_reads_through_strides():
+    g = torch.Generator().manual_seed(3)
+    y = torch.softmax(torch.randn(4, 2 * 40000, generator=g), -1).to(DEVICE)[:, ::2]  # column stride 2
+    dy = torch.randn(40000, 4, generator=g).to(DEVICE).t()  # a transposed view
+    assert_backward_ok(helpers.softmax_backward(y, dy), y, dy)
+    row = torch.randn(40000, device=DEVICE).expand(4, 40000)  # row stride 0
+    assert_backward_ok(helpers.softmax_backward(y, row), y, row)
 
 
 def test_looped_kernel_over_many_blocks():
@@ -183,6 +216,10 @@ def test_bad_options():
         softmax_backward_looped(y, dy, 24)
     with pytest.raises(TypeError, match="block_size must be an int"):
         softmax_backward_looped(y, dy, 16.0)
+    with pytest.raises(ValueError, match="slice_cols must be a power of two"):
+        softmax_backward_coop(y, dy, 24)
+    with pytest.raises(ValueError, match="num_warps must be a positive int"):
+        softmax_backward_coop(y, dy, 16, 0)
     long_y = torch.empty(1, BACKWARD_TILED_MAX_COLS + 1, device=DEVICE)
     with pytest.raises(ValueError, match="helpers.softmax_backward"):
         softmax_backward_tiled(long_y, long_y)

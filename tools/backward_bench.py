@@ -2,11 +2,14 @@
 
     python tools/backward_bench.py figures/data/backward_h100.csv   # 3 timing rounds per shape: minutes on an H100
 
-M = 4096 rows, N in ``NS``, float32 and bfloat16; y is the softmax of a random normal x, dy random
-normal. Providers: ``copy`` (``out.copy_(y)``, the ceiling: 2MN elements), ``course``
-(``helpers.softmax_backward``), ``course_looped`` (the two-pass looped kernel: what reading y and
-dy twice costs), ``torch_backward`` (``torch._softmax_backward_data``, what autograd runs) and
-``torch_naive_backward`` (the formula as PyTorch ops). Each is checked against float64 first (a
+Shapes (``SHAPES``, in float32 and bfloat16): M = 4096 rows with N in ``NS`` (group ``M=4096``), four
+long-row shapes (``long``) and LLM vocabulary rows that no configuration was chosen on (``held-out``);
+y is the softmax of a random normal x, dy random normal. Providers: ``copy`` (``out.copy_(y)``, the
+ceiling: 2MN elements), ``course`` (``helpers.softmax_backward``), ``course_looped`` (the two-pass
+looped kernel, one program per row: what reading y and dy twice costs), ``torch_backward``
+(``torch._softmax_backward_data``, what autograd runs), ``torch_naive_backward`` (the formula as
+PyTorch ops) and, where Liger-Kernel is installed, ``liger_backward`` (its backward kernels with the
+settings its forward picks; it refuses rows over 65536). Each is checked against float64 first (a
 wrong or failing one is reported in ``status``, not timed), then timed as ``helpers.measure`` times
 softmax (``ms``, ``graph_ms``, ``host_us``; ``ROUNDS`` interleaved rounds, medians kept, ``spread``
 and ``graph_spread`` of the rounds). ``frac_of_copy = 1.5 * t_copy / t`` (``graph_frac`` the same in
@@ -36,8 +39,11 @@ from helpers.mode import DEVICE
 
 M_ROWS = 4096
 NS = (1024, 2048, 4096, 8192, 12672, 16384, 32768)
+LONG = ((1024, 65536), (256, 131072), (64, 262144), (8, 1048576))
+HELD_OUT = tuple((m, n) for m in (1, 8, 64, 256) for n in (32000, 128256, 151936, 256000))
+SHAPES = {"M=4096": tuple((M_ROWS, n) for n in NS), "long": LONG, "held-out": HELD_OUT}
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-COLUMNS = ("dtype", "M", "N", "provider", "ms", "graph_ms", "frac_of_copy", "graph_frac", "host_us", "spread",
+COLUMNS = ("group", "dtype", "M", "N", "provider", "ms", "graph_ms", "frac_of_copy", "graph_frac", "host_us", "spread",
            "graph_spread", "max_err", "status")
 #: Timing rounds per shape, interleaved over the providers (a slow spell of the GPU hits them all alike).
 ROUNDS = 3
@@ -57,15 +63,34 @@ def reference_backward(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
     return y64 * (dy64 - (y64 * dy64).sum(-1, keepdim=True))
 
 
+def liger_backward():
+    """Liger-Kernel's backward as its autograd Function runs it, or None where it is not installed.
+    (Its private ``_softmax_backward``, as Liger 0.8.5 has it: a failure is reported in ``status``.)"""
+    try:
+        from liger_kernel.ops.softmax import _softmax_backward
+        from liger_kernel.ops.utils import calculate_settings
+    except Exception:
+        return None
+
+    def run(y, dy, out):
+        block, warps = calculate_settings(y.shape[-1])
+        return _softmax_backward(dy, y, block, warps, False)
+    return run
+
+
 def providers() -> dict[str, Callable]:
     """name -> fn(y, dy, out) for every provider (``out`` is only the copy's destination)."""
-    return {
+    provs = {
         "copy": lambda y, dy, out: out.copy_(y),
         "course": lambda y, dy, out: softmax_backward(y, dy),
         "course_looped": lambda y, dy, out: softmax_backward_looped(y, dy),
         "torch_backward": lambda y, dy, out: torch._softmax_backward_data(dy, y, -1, y.dtype),
         "torch_naive_backward": lambda y, dy, out: naive_backward(y, dy),
     }
+    liger = liger_backward()
+    if liger is not None:
+        provs["liger_backward"] = liger
+    return provs
 
 
 def _sync() -> None:
@@ -99,7 +124,7 @@ def inputs(M: int, N: int, dtype, device=None, seed: int = 0) -> tuple[torch.Ten
 
 
 def measure(M: int, N: int, dtype, provs: dict | None = None, *, timers: dict | None = None, device=None,
-            seed: int = 0, rounds: int = ROUNDS) -> list[dict]:
+            seed: int = 0, rounds: int = ROUNDS, group: str = "M=4096") -> list[dict]:
     """The rows of one shape: every provider checked against float64, then timed (``timers``: name
     -> fn(callable) -> number, the GPU timers by default; tests pass their own)."""
     provs = providers() if provs is None else provs
@@ -111,7 +136,7 @@ def measure(M: int, N: int, dtype, provs: dict | None = None, *, timers: dict | 
     d = str(dtype).replace("torch.", "")
     rows, ok = {}, {}
     for name, fn in provs.items():
-        row = dict(dtype=d, M=M, N=N, provider=name)
+        row = dict(group=group, dtype=d, M=M, N=N, provider=name)
         try:
             got = fn(y, dy, out)
             _sync()
@@ -166,16 +191,17 @@ def measure(M: int, N: int, dtype, provs: dict | None = None, *, timers: dict | 
     return _measure.rounded([{k: rows[name][k] for k in COLUMNS} for name in rows])
 
 
-def sweep(ns=NS, dtypes=("float32", "bfloat16"), M: int = M_ROWS, log=None) -> list[dict]:
-    """Every provider at M x N for each N and dtype (GPU timers)."""
+def sweep(groups=tuple(SHAPES), dtypes=("float32", "bfloat16"), log=None) -> list[dict]:
+    """Every provider at every shape of the groups named, in each dtype (GPU timers)."""
     warm_up_gpu()
     rows = []
     for d in dtypes:
-        for N in ns:
-            t0 = time.time()
-            rows += measure(M, N, DTYPES[d])
-            if log:
-                log(f"{d} {M} x {N}: {time.time() - t0:.1f} s")
+        for group in groups:
+            for M, N in SHAPES[group]:
+                t0 = time.time()
+                rows += measure(M, N, DTYPES[d], group=group)
+                if log:
+                    log(f"{d} {M} x {N}: {time.time() - t0:.1f} s")
     return rows
 
 
@@ -183,9 +209,9 @@ def summary(rows: list[dict]) -> str:
     """One line per (dtype, N): course, torch_backward and the naive version, as fractions of copy (GPU time)."""
     cells: dict = {}
     for r in rows:
-        cells.setdefault((r["dtype"], r["N"]), {})[r["provider"]] = r
+        cells.setdefault((r["dtype"], r["M"], r["N"]), {})[r["provider"]] = r
     lines = [f"{'dtype':9} {'N':>6}  {'course':>7} {'looped':>7} {'torch':>7} {'naive':>7}   (graph_frac; host µs of course / torch)"]
-    for (d, N), p in cells.items():
+    for (d, M, N), p in cells.items():
         f = lambda k: p.get(k, {}).get("graph_frac", float("nan"))
         h = lambda k: p.get(k, {}).get("host_us", float("nan"))
         lines.append(f"{d:9} {N:6d}  {f('course'):7.3f} {f('course_looped'):7.3f} {f('torch_backward'):7.3f} "
@@ -197,12 +223,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python tools/backward_bench.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("out_csv", help="where to write the CSV (the lesson reads figures/data/backward.csv)")
     ap.add_argument("--dtypes", default="float32,bfloat16")
-    ap.add_argument("--ns", default=",".join(map(str, NS)), help="row lengths, comma-separated")
+    ap.add_argument("--groups", default=",".join(SHAPES), help=f"shape groups, comma-separated: {', '.join(SHAPES)}")
     args = ap.parse_args(argv)
     exit_without_gpu("the softmax backward benchmark", "figures/data/backward_<gpu>.csv")
     t0 = time.time()
     log = lambda s: print(s, file=sys.stderr, flush=True)
-    rows = sweep(ns=tuple(int(n) for n in args.ns.split(",")), dtypes=tuple(args.dtypes.split(",")), log=log)
+    rows = sweep(groups=tuple(args.groups.split(",")), dtypes=tuple(args.dtypes.split(",")), log=log)
     cmd = "python tools/backward_bench.py " + " ".join(argv if argv is not None else sys.argv[1:])
     path = write_csv(Path(args.out_csv), rows, provenance(cmd))
     print(summary(rows))

@@ -25,9 +25,10 @@ from .persistent import (persistent_plan, softmax_persistent, softmax_persistent
                          softmax_tiled_kernel, tiled_plan)
 from .split import (MAX_SPIN, coop_plan, softmax_split, softmax_split_coop, softmax_split_coop_kernel,
                     softmax_split_normalize_kernel, softmax_split_stats_kernel, split_plan, two_launch_plan)
-from .backward import (BACKWARD_TILED_MAX_COLS, backward_looped_plan, backward_plan, backward_tiled_plan,
-                       softmax_backward, softmax_backward_looped, softmax_backward_looped_kernel,
-                       softmax_backward_tiled, softmax_backward_tiled_kernel)
+from .backward import (BACKWARD_TILED_MAX_COLS, backward_coop_plan, backward_looped_plan, backward_plan,
+                       backward_tiled_plan, softmax_backward, softmax_backward_coop, softmax_backward_coop_kernel,
+                       softmax_backward_looped, softmax_backward_looped_kernel, softmax_backward_tiled,
+                       softmax_backward_tiled_kernel)
 from .dispatch import TILED_MAX_COLS, softmax, softmax_plan  # noqa: E402  (after the families it chooses from)
 from .attention import HEAD_DIMS, attention, attention_plan, naive_attention  # noqa: E402  (lesson 07)
 from .sampling import sample, softmax_topk, topk_merge_kernel, topk_plan, topk_slice_kernel  # noqa: E402  (lesson 09)
