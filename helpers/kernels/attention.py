@@ -124,7 +124,7 @@ class AttentionConfig(NamedTuple):
 
 def attention_config(dtype, head_dim, interpreter=INTERPRETER):
     """The tile sizes. On a GPU in 16-bit types: 128 query rows and 64 keys, 8 warps, 3 stages, the
-    fastest of the ten candidates of helpers.attention_bench.TUNE_CONFIGS at S = 4096, or within a
+    fastest of the ten candidates of TUNE_CONFIGS in tools/attention_bench.py at S = 4096, or within a
     percent of it, for every head dim and mask on the H100 and on the H200
     (figures/data/attention_tune_<gpu>.csv). In fp32, whose exact ("ieee") tl.dot runs without tensor
     cores and needs far more registers, small tiles. In the interpreter, small tiles too, so that
