@@ -82,7 +82,7 @@ def plot_backward(bench, value: str = "graph_frac"):
     return fig
 
 
-FIGURES = {"08_backward": lambda: plot_backward(data.load("backward", gpu="h100"))}
+FIGURES = {"08_backward": lambda: plot_backward(data.load("backward", gpu="h100").query("group == 'M=4096'"))}
 
 
 # --- The op at work

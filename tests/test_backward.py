@@ -466,7 +466,12 @@ def test_the_recordings_are_not_faked():
     for p in paths:
         rows, meta = gpu_data.read_csv(p)
         assert "backward_bench" in meta.get("command", "") and "CPU" not in meta.get("gpu", "CPU"), p.name
-        assert rows and all(r["status"] == "ok" and math.isfinite(float(r["graph_spread"])) for r in rows), p.name
+        ok = [r for r in rows if r["status"] == "ok"]
+        assert ok and all(math.isfinite(float(r["graph_spread"])) for r in ok), p.name
+        # the one provider allowed to fail: Liger, which refuses rows over 65536 columns
+        refused = [r for r in rows if r["status"] != "ok"]
+        assert all(r["provider"] == "liger_backward" and int(r["N"]) > 65536 and "65536" in r["status"]
+                   for r in refused), p.name
 
 
 def test_bench_gpu_timers_reach_helpers_measure(monkeypatch):
