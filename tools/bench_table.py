@@ -149,19 +149,36 @@ def agreement() -> str:
 
 
 def backward() -> str:
+    """Two tables: M = 4096 over N (course and torch), and the long rows split across programs (course, the
+    looped kernel, torch; the held-out LLM vocabulary rows summarised as a range per row count)."""
     lines = ["| GPU | dtype | N = 1K … 32K at M = 4096: course backward, GPU time (fraction of copy-equivalent) | torch's backward |",
              "|---|---|---|---|"]
+    long = ["| GPU | dtype | 1024×64K / 256×128K / 64×256K / 8×1M: course | looped | torch | held-out M = 256 / 64 / 8 / 1 "
+            "(N = 128256–256000): course |", "|---|---|---|---|---|---|"]
     for gpu in GPUS:
         rows, meta = read_csv(DATA / f"backward_{gpu}.csv")
+        name = meta["gpu"].replace("NVIDIA ", "")
         for d in ("float32", "bfloat16"):
-            rs = {(r["N"], r["provider"]): r for r in rows if r["dtype"] == d and _ok(r)}
+            ok = [r for r in rows if r["dtype"] == d and _ok(r)]
+            rs = {(r["N"], r["provider"]): r for r in ok if r.get("group", "M=4096") == "M=4096"}
             ns = sorted({n for n, p in rs if p == "course"})
             c = " / ".join(f"{rs[(n, 'course')]['graph_frac']:.2f}" for n in ns)
             t = " / ".join(f"{rs[(n, 'torch_backward')]['graph_frac']:.2f}" for n in ns if (n, "torch_backward") in rs)
-            lines.append(f"| {meta['gpu'].replace('NVIDIA ', '')} | {d} | {c} | {t} |")
+            lines.append(f"| {name} | {d} | {c} | {t} |")
+            lg = {(r["M"], r["N"], r["provider"]): r["graph_frac"] for r in ok if r.get("group") == "long"}
+            shapes = sorted({(m, n) for m, n, _ in lg}, key=lambda mn: mn[1])
+            cell = lambda p: " / ".join(f"{lg[(m, n, p)]:.2f}" for m, n in shapes if (m, n, p) in lg)
+            held = [r for r in ok if r.get("group") == "held-out" and r["provider"] == "course" and r["N"] > 32768]
+            rng = []
+            for m in (256, 64, 8, 1):
+                f = [r["graph_frac"] for r in held if r["M"] == m]
+                rng.append(f"{min(f):.2f}–{max(f):.2f}" if f else "–")
+            if shapes:
+                long.append(f"| {name} | {d} | {cell('course')} | {cell('course_looped')} | {cell('torch_backward')} | "
+                            f"{' / '.join(rng)} |")
     lines.append("")
     lines.append("N = " + ", ".join(str(n) for n in ns) + ".")
-    return "\n".join(lines)
+    return "\n".join(lines + [""] + long)
 
 
 def attention() -> str:
