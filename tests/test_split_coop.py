@@ -113,7 +113,9 @@ def _fake_timer(monkeypatch, cost):
 
 
 def test_autotune_coop_times_the_wrapper_it_is_given_and_never_picks_a_failure(monkeypatch):
-    cost = {(4096, 4): 2.0, (4096, 8): 1.5, (8192, 8): 0.5, (8192, 16): 1.25, (16384, 16): 3.0, (16384, 32): 4.0}
+    cost = {(2048, 2): 2.5, (2048, 4): 2.2, (4096, 2): 1.8, (4096, 4): 2.0, (4096, 8): 1.5, (8192, 4): 1.6,
+            (8192, 8): 0.5, (8192, 16): 1.25, (16384, 16): 3.0, (16384, 32): 4.0}
+    assert set(cost) == set(tuning.coop_candidates())
     last = _fake_timer(monkeypatch, cost)
 
     def coop(x, slice_cols, num_warps):

@@ -109,13 +109,10 @@ def softmax_backward_coop_kernel(
             spins += 1
         parts = tl.load(dots_ptr + row * n_slices + k, mask=k < tl.where(valid, n_slices, 0), other=0.0,
                         volatile=True)
-        dot = tl.sum(parts, axis=0)
-        if spins >= MAX_SPIN:
-            # A safety net a correct launch never uses: count it, and make the row NaN, loud rather than
-            # silently wrong. (Lesson 06 re-reads the row instead; here that loop would cost registers,
-            # and with them programs, in every launch, used or not.)
-            tl.atomic_add(count_ptr + n_rows, 1, sem="relaxed")
-            dot = float("nan")
+        # A safety net a correct launch never uses: a program that gave up waiting makes its slice of the
+        # row NaN, loud rather than silently wrong. (Lesson 06 re-reads the row instead; here that loop, or
+        # even a branch with an atomic, costs registers, and with them programs, in every launch.)
+        dot = tl.where(spins >= MAX_SPIN, float("nan"), tl.sum(parts, axis=0))
         tl.store(dx_ptr + row * dx_row_stride + cols, y * (dy - dot), mask=live)
         y = y_next.to(tl.float32)
         dy = dy_next.to(tl.float32)
@@ -232,8 +229,8 @@ def backward_coop_plan(rows, slice_cols=None, num_warps=None):
     return Plan(
         [Launch(softmax_backward_coop_kernel, grid=(rows_per_round * n_slices,), ptrs=(OUT, IN, IN2, WS[0]),
                 args=args + (rows_per_round,), constexprs=constexprs, num_warps=num_warps, cooperative=True)],
-        # fresh and zeroed on every call: the partial dots, a counter per row, the give-up count
-        workspace=lambda rows: (torch.zeros(rows.n_rows * n_slices + rows.n_rows + 1, dtype=torch.int32,
+        # fresh and zeroed on every call: the partial dots, then a counter per row
+        workspace=lambda rows: (torch.zeros(rows.n_rows * n_slices + rows.n_rows, dtype=torch.int32,
                                             device=rows.device),),
         fallback=softmax_backward_looped,  # if the driver still refuses the grid
         info={**info, "slices": n_slices, "slice_cols": slice_cols, "rows_per_round": rows_per_round},

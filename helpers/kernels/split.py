@@ -163,12 +163,13 @@ def softmax_split_coop_kernel(
         # Phase 3: the row's (M, D), from the published pairs or, if the wait gave up, from the row.
         if spins >= MAX_SPIN:
             # A safety net a correct launch never uses: count it, then read the whole row again and
-            # merge its slices here, so the answer is slower but never wrong.
+            # merge it here, so the answer is slower but never wrong. It reads in small blocks: this
+            # loop's registers are reserved in every launch, used or not, and registers are programs.
             tl.atomic_add(count_ptr + n_rows, 1, sem="relaxed")
             m_row = tl.full((), -float("inf"), tl.float32)
             d_row = tl.zeros((), tl.float32)
-            for j in range(0, n_slices):
-                cj = j * SLICE + tl.arange(0, SLICE)
+            for j in range(0, live_cols, 256):
+                cj = j + tl.arange(0, 256)
                 xj = tl.load(in_ptr + row * in_row_stride + cj * in_col_stride, mask=cj < live_cols,
                              other=-float("inf")).to(tl.float32)
                 m_new = tl.maximum(m_row, tl.max(xj, axis=0))
