@@ -14,6 +14,7 @@ import triton.language as tl
 
 from . import data
 from .exercises import Wrong, call_attempt, check, fmt, guarded, is_untouched, run_learner_kernel, require_kernel
+from .kernels import sampling
 from .kernels.sampling import sample, softmax_topk, topk_keys
 from .mode import DEVICE, ON_GPU
 
@@ -290,14 +291,17 @@ def torch_softmax_topk(x, k=50):
     return torch.softmax(x.float(), -1).topk(k)
 
 
-PROVIDERS = ("copy", "course_softmax_topk", "course_sample", "torch_softmax_topk", "torch_hf_sample",
-             "compile_softmax_topk", "compile_hf_sample", "flashinfer_sample")
+PROVIDERS = ("copy", "course_softmax_topk", "course_sample", "course_topk_per_program", "course_topk_lanes",
+             "torch_softmax_topk", "torch_hf_sample", "compile_softmax_topk", "compile_hf_sample", "flashinfer_sample")
+TOPK_CHECKED = ("course_softmax_topk", "course_topk_per_program", "course_topk_lanes")  # against float64 first
 
 
 def providers(names=PROVIDERS) -> dict:
     """Name -> function(x) (or None where not installed). Compiled ones are compiled once, dynamic."""
     p = {"course_softmax_topk": lambda x: softmax_topk(x, 50),
          "course_sample": lambda x: sample(x, temperature=0.7, top_k=50, top_p=0.9),
+         "course_topk_per_program": lambda x: sampling.topk_per_program(x, 50),  # each design at every shape
+         "course_topk_lanes": lambda x: sampling.topk_by_lanes(x, 50),
          "torch_softmax_topk": torch_softmax_topk, "torch_hf_sample": hf_sample}
     if "compile_softmax_topk" in names or "compile_hf_sample" in names:
         p["compile_softmax_topk"] = torch.compile(torch_softmax_topk, dynamic=True)
@@ -335,7 +339,7 @@ def sampling_rows(shapes, dtypes=("float32", "bfloat16"), names=PROVIDERS, round
                     continue
                 try:
                     res = fn(x)
-                    if name == "course_softmax_topk":
+                    if name in TOPK_CHECKED:
                         want = torch.softmax(x.double(), -1).topk(50).values
                         err = (res[0].double() - want).abs().max().item()
                         if not err <= (1e-2 if dt == "bfloat16" else 1e-5):

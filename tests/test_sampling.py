@@ -19,9 +19,9 @@ def _rand(*shape, seed=0, scale=3.0, dtype=torch.float32):
     return (torch.randn(*shape, generator=torch.Generator().manual_seed(seed)) * scale).to(dtype).to(DEVICE)
 
 
-def _check(x, k, tol=1e-6):
+def _check(x, k, tol=1e-6, fn=softmax_topk):
     before = x.clone()
-    values, indices = softmax_topk(x, k)
+    values, indices = fn(x, k)
     assert torch.equal(x, before)  # never modified
     assert values.shape == indices.shape == tuple(x.shape[:-1]) + (k,)
     assert values.dtype == x.dtype and indices.dtype == torch.int64
@@ -92,7 +92,54 @@ def test_softmax_topk_compiled_merge_path_under_the_interpreter(monkeypatch):
     monkeypatch.setattr(sampling, "SORT", True)
     x = _rand(2, 40, seed=10)
     x[0, :30] = INF
-    _check(x, 4)
+    for fn in (sampling.topk_per_program, sampling.topk_by_lanes):
+        _check(x, 4, fn=fn)
+
+
+@pytest.fixture
+def small_lanes(monkeypatch):
+    """Lanes of 64 columns, so that a short row gives each lane many logits (rows of 2000: 16 a lane)."""
+    monkeypatch.setattr(sampling, "LANE_BLOCK", 64)
+    assert sampling.lane_plan(2, 2000)["slice_len"] // 64 == 16
+
+
+def test_lanes_all_of_the_top_k_in_one_lane(small_lanes):
+    x = _rand(2, 2000, seed=20)
+    x[0, 5::64] = 100 + torch.arange(len(range(5, 2000, 64)), dtype=torch.float32, device=DEVICE)  # lane 5's
+    x[1, 1024 + 7:2000:64] = 100.0  # tied, in one lane of the second slice
+    _, indices = _check(x, 20, fn=sampling.topk_by_lanes)
+    assert set(indices[0].tolist()) <= set(range(5, 2000, 64))
+    assert set(indices[1, :16].tolist()) == set(range(1024 + 7, 2000, 64))  # its 16 logits first
+
+
+def test_lanes_every_value_tied_and_minus_inf_rows(small_lanes):
+    x = torch.ones(4, 2000, device=DEVICE)  # row 0: all tied (every lane unclean: the whole row is streamed)
+    x[1] = _rand(2000, seed=21)
+    x[1, ::2] = INF                         # row 1: half -inf
+    x[2] = INF                              # row 2: only -inf (NaN, as torch.softmax)
+    x[3] = INF
+    x[3, 100:105] = 1.0                     # row 3: fewer finite logits than k
+    values, indices = _check(x, 10, fn=sampling.topk_by_lanes)
+    assert torch.isnan(values[2]).all() and torch.allclose(values[0], torch.full_like(values[0], 1 / 2000))
+    assert set(indices[3, :5].tolist()) == set(range(100, 105)) and (values[3, 5:] == 0).all()
+    xb = _rand(3, 2000, seed=22, dtype=torch.bfloat16).round()  # bfloat16 with many ties
+    _check(xb, 50, tol=1e-2, fn=sampling.topk_by_lanes)
+
+
+@pytest.mark.parametrize("k", [1, 2, 50, 64])
+def test_lanes_irregular_and_strided_rows(small_lanes, k):
+    _check(_rand(3, 1999, seed=23 + k), k, fn=sampling.topk_by_lanes)  # not a multiple of the lanes
+    _check(_rand(2000, 2, seed=24).t(), k, fn=sampling.topk_by_lanes)  # rows are columns in memory
+    _check(_rand(2, 4000, seed=25)[:, ::2], k, fn=sampling.topk_by_lanes)
+
+
+def test_lanes_refuse_a_k_they_do_not_keep_and_softmax_topk_dispatches():
+    with pytest.raises(ValueError, match="lane kernels keep k <= 64"):
+        sampling.topk_by_lanes(_rand(1, 300), 65)
+    assert sampling.use_lanes(256, 256000, 64) and not sampling.use_lanes(256, 256000, 128)
+    _check(_rand(2, 1500, seed=26), 1024)  # K = 1024: the per-program kernels (interpreted: torch)
+    _check(_rand(2, 1500, seed=26), 200)  # K = 256: the per-program kernels
+    _check(_rand(2, 300, seed=27), 65)
 
 
 def test_softmax_topk_large_k_goes_to_torch():
@@ -153,6 +200,22 @@ def test_the_kernel_draw_equals_the_sorted_draw_for_the_same_uniform():
         assert torch.equal(got, sampling.sample_torch(x, 0.8, top_k, 1.0 if top_p is None else top_p, u)), (top_k, top_p)
 
 
+def test_sample_through_the_lanes_equals_the_sorted_draw(monkeypatch, small_lanes):
+    """sample with a top_k through the lane kernels (temperature folded into their exp2) picks what a full
+    sort picks for the same u; greedy through them is the argmax."""
+    monkeypatch.setattr(sampling, "LANE_MIN_ELEMENTS", 0)
+    x = _rand(4, 2000, seed=28)
+    x[1, 3::64] += 6.0  # many of the top 40 in one lane
+    assert sampling.use_lanes(4, 2000, 64)
+    for top_k, top_p, temperature in ((5, 0.9, 0.8), (40, None, 1.3), (64, 0.5, 0.7)):
+        gen = lambda: torch.Generator(device=DEVICE).manual_seed(6)  # noqa: E731
+        got = sample(x, temperature=temperature, top_k=top_k, top_p=top_p, generator=gen())
+        u = torch.rand((4,), generator=gen(), device=DEVICE)
+        want = sampling.sample_torch(x, temperature, top_k, 1.0 if top_p is None else top_p, u)
+        assert torch.equal(got, want), (top_k, top_p)
+    assert torch.equal(sample(x, temperature=0), x.argmax(-1))
+
+
 def test_sample_distribution_matches_the_exact_probabilities():
     """Chi-square of the counts against float64, every setting, fixed seeds (cannot flake)."""
     freq = lesson09.frequency_check(draws=300)
@@ -181,6 +244,7 @@ def test_compiled_merge_many_and_few_winners(monkeypatch):
         return {"block": 64, "slices": slices, "slice_len": slice_len, "slices_p2": 1 << (slices - 1).bit_length(),
                 "warps": 4}
     monkeypatch.setattr(sampling, "topk_plan", plan)
+    monkeypatch.setattr(sampling, "use_lanes", lambda *args: False)
     x = _rand(2, 500, seed=15)
     x[1, 300:] += 4.0  # later blocks full of winners again: the bitonic path after the loop path
     _check(x, 4)
@@ -216,7 +280,7 @@ def test_no_launch_asks_tl_topk_for_fewer_than_two_lanes(monkeypatch):
     """Triton 3.6's compiled tl.topk fails for k = 1 ('dtype' object has no attribute 'numel'), which the
     interpreter does not show: every launch, greedy and Gumbel-max included, keeps K >= 2 lanes."""
     seen = []
-    for name in ("topk_slice_kernel", "topk_merge_kernel"):
+    for name in ("topk_slice_kernel", "topk_merge_kernel", "lane_merge_kernel"):
         monkeypatch.setattr(sampling, name, _LaunchSpy(getattr(sampling, name), seen))
     x = _rand(2, 300, seed=17)
     gen = torch.Generator(device=DEVICE).manual_seed(0)
@@ -226,7 +290,9 @@ def test_no_launch_asks_tl_topk_for_fewer_than_two_lanes(monkeypatch):
     sample(x, generator=gen)
     sample(x, top_k=1, generator=gen)
     sample(x, top_p=0.01, generator=gen)
-    assert len(seen) == 12 and min(seen) >= 2
+    # 2 launches with K for each per-program call, 1 for each lane call (the slice kernel has no K)
+    want = sum(2 - sampling.use_lanes(2, 300, K) for K in (2, 2, 2, 2)) + 2 + 2  # + Gumbel-max, top_p alone
+    assert len(seen) == want and min(seen) >= 2
     assert [sampling.candidate_lanes(k) for k in (1, 2, 3, 50, 1024)] == [2, 2, 4, 64, 1024]
 
 
@@ -243,7 +309,25 @@ SLICE = {"md_ptr": "*fp32", "keys_ptr": "*i64", "in_ptr": "*bf16", "seed_ptr": "
          "in_col_stride": "i32", "n_cols": "i32", "slice_len": "i32", "n_slices": "i32", "scale": "fp32"}
 MERGE = {"out_ptr": "*fp32", "idx_ptr": "*i64", "md_ptr": "*fp32", "keys_ptr": "*i64", "u_ptr": "*fp32",
          "n_slices": "i32", "k": "i32", "top_p": "fp32"}
+LANE_SLICE = {"md_ptr": "*fp32", "lm_ptr": "*fp32", "lv_ptr": "*fp32", "lc_ptr": "*i32", "in_ptr": "*bf16",
+              "in_row_stride": "i32", "in_col_stride": "i32", "n_cols": "i32", "slice_len": "i32", "n_slices": "i32",
+              "sl2e": "fp32"}
+LANE_MERGE = {"out_ptr": "*fp32", "idx_ptr": "*i64", "md_ptr": "*fp32", "lm_ptr": "*fp32", "lv_ptr": "*fp32",
+              "lc_ptr": "*i32", "buf_ptr": "*i64", "ubuf_ptr": "*i32", "in_ptr": "*bf16", "u_ptr": "*fp32",
+              "in_row_stride": "i32", "in_col_stride": "i32", "n_cols": "i32", "slice_len": "i32", "n_slices": "i32",
+              "sl2e": "fp32", "scale": "fp32", "k": "i32", "top_p": "fp32"}
 K = sampling.candidate_lanes(1)
+plan = sampling.lane_plan(1, 256000, target_programs=1056)
+assert plan["lanes_p2"] == 4096 and plan["merge_warps"] == 8
+lanes = dict(BLOCK=plan["block"], SLICES=plan["slices_p2"], LANES=plan["lanes_p2"], CAP=128, UCAP=sampling.UNCLEAN_LANES,
+             RENORM=True, SORT=True)
+for fn, sig, const, warps in [(sampling.lane_slice_kernel, LANE_SLICE, dict(BLOCK=plan["block"]), plan["warps"]),
+                              (sampling.lane_merge_kernel, LANE_MERGE, dict(lanes, K=K, MODE=0), plan["merge_warps"]),
+                              (sampling.lane_merge_kernel, LANE_MERGE, dict(lanes, K=64, MODE=1), plan["merge_warps"])]:
+    sig = dict(sig, **{name: "constexpr" for name in const})
+    triton.compile(ASTSource(fn=fn, signature=sig, constexprs=const), target=GPUTarget("cuda", 90, 32),
+                   options={"num_warps": warps})
+    print("compiled", fn.__name__, const)
 for fn, sig, const in [(sampling.topk_slice_kernel, SLICE, dict(K=K, BLOCK=64, GUMBEL=True, SORT=True)),
                        (sampling.topk_merge_kernel, MERGE, dict(K=K, SLICES=2, MODE=0, RENORM=True, SORT=True)),
                        (sampling.topk_merge_kernel, MERGE, dict(K=4, SLICES=2, MODE=1, RENORM=False, SORT=True))]:
@@ -254,8 +338,9 @@ for fn, sig, const in [(sampling.topk_slice_kernel, SLICE, dict(K=K, BLOCK=64, G
 
 
 def test_the_gpu_path_compiles_for_an_h100():
-    """The GPU's branches (SORT: tl.topk, the winners loop, Gumbel noise, the sampling step) compiled for
-    sm_90 by the installed Triton, with no GPU: the interpreter never builds them. K = candidate_lanes(1)
+    """The GPU's branches (SORT: tl.topk, the winners loop, Gumbel noise, the sampling step) and the lane
+    kernels at the plan of one row of 256000 (4096 lanes a row: with 4 warps, Triton 3.9's LLVM crashes)
+    compiled for sm_90 by the installed Triton, with no GPU: the interpreter never builds them. K = candidate_lanes(1)
     is the case Triton 3.6 could not build with one lane."""
     import os
     import subprocess
@@ -264,4 +349,4 @@ def test_the_gpu_path_compiles_for_an_h100():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     done = subprocess.run([sys.executable, "-c", COMPILE_FOR_SM90], env=env, capture_output=True, text=True,
                           timeout=300, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    assert done.returncode == 0 and done.stdout.count("compiled") == 3, done.stderr[-3000:]
+    assert done.returncode == 0 and done.stdout.count("compiled") == 6, done.stderr[-3000:]

@@ -12,6 +12,8 @@ and bfloat16. Providers (``helpers.lesson09.PROVIDERS``):
 - ``copy``: ``y.copy_(x)``; it moves 2·M·N elements, so the floor of a one-read method is half its time;
 - ``course_softmax_topk``: ``softmax_topk(x, 50)`` (checked against float64 first);
 - ``course_sample``: ``sample(x, temperature=0.7, top_k=50, top_p=0.9)``;
+- ``course_topk_per_program``, ``course_topk_lanes``: lesson 09's two designs of ``softmax_topk(x, 50)``, each
+  at every shape (``softmax_topk`` chooses between them with ``use_lanes``);
 - ``torch_softmax_topk``: ``torch.softmax(x.float(), -1).topk(50)``;
 - ``torch_hf_sample``: Hugging Face's chain (temperature, top-k, top-p by sort and cumsum, multinomial);
 - ``compile_softmax_topk``, ``compile_hf_sample``: ``torch.compile(..., dynamic=True)`` of the two;
@@ -63,7 +65,7 @@ def smoke() -> int:
             continue
         try:
             out = fn(x)
-            if name == "course_softmax_topk":
+            if name in lesson09.TOPK_CHECKED:
                 err = (out[0].double() - torch.softmax(x.double(), -1).topk(50).values).abs().max().item()
                 assert err < 1e-5, f"max abs error {err:.1e}"
             elif name.endswith("sample"):

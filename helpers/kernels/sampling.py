@@ -179,6 +179,17 @@ def _rows(x, name):
     return x.reshape(-1, x.shape[-1])  # a view where the leading dimensions merge; never written to
 
 
+def _topk_args(x, k):
+    rows = _rows(x, "x")
+    n = rows.shape[1]
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral):
+        raise ValueError(f"k must be an integer, got {k!r}.")
+    k = int(k)
+    if not 1 <= k <= n:
+        raise ValueError(f"k must be between 1 and the row length {n}, got {k}.")
+    return rows, k, tuple(x.shape[:-1]) + (k,)
+
+
 def _slices(rows, K, scale=1.0, seed=None):
     M, N = rows.shape
     plan = topk_plan(M, N, K)
@@ -191,19 +202,11 @@ def _slices(rows, K, scale=1.0, seed=None):
     return md, keys, plan
 
 
-def softmax_topk(x, k):
-    """The k largest probabilities of softmax(x) over the last dimension and their columns, largest
-    first, as ``torch.softmax(x.float(), -1).topk(k)``: values in x's dtype (computed in float32),
-    int64 indices, both of shape (..., k). Reads x once and never modifies it."""
-    rows = _rows(x, "x")
-    n = rows.shape[1]
-    if isinstance(k, bool) or not isinstance(k, numbers.Integral):
-        raise ValueError(f"k must be an integer, got {k!r}.")
-    k = int(k)
-    if not 1 <= k <= n:
-        raise ValueError(f"k must be between 1 and the row length {n}, got {k}.")
-    shape = tuple(x.shape[:-1]) + (k,)
-    if k > MAX_K:  # more candidates than a program keeps on chip
+def topk_per_program(x, k):
+    """softmax_topk by the two kernels above: a running top K in every program."""
+    rows, k, shape = _topk_args(x, k)
+    if k > (MAX_K if SORT else 256):  # more candidates than a program keeps on chip (interpreted: than
+        # rank by counting can compare, 2^20 pairs at most)
         values, indices = torch.softmax(x.float(), -1).topk(k)
         return values.to(x.dtype), indices
     M = rows.shape[0]
@@ -233,6 +236,216 @@ def sample_step(v, col, m, d, k, top_p, u, K: tl.constexpr, RENORM: tl.constexpr
     n_keep = tl.sum(keep.to(tl.int32), 0)
     pos = tl.minimum(tl.sum((keep & (incl <= u * kept)).to(tl.int32), 0), n_keep - 1)
     return tl.sum(tl.where(lane == pos, col, 0), 0), tl.sum(q, 0)
+
+
+LANE_MAX_K = 64        # the lane kernels' largest K (a larger k, or Gumbel-max, takes the kernels above)
+LANE_BLOCK = 256               # lanes a program keeps
+LANE_PROGRAMS_PER_SM = 8
+MAX_LANES = 4096               # lanes a row may have (the merge kernel holds them all at once)
+UNCLEAN_LANES = 64             # unclean lanes the merge kernel reads again before it streams the whole row
+LANE_MIN_ELEMENTS = 1_000_000  # the lane kernels from this many logits (M * N) on
+LOWEST = tl.constexpr(-3.4028234663852886e38)  # a lane's maximum before its first element: finite, so no inf - inf
+
+
+@triton.jit
+def lane_update(x, off, m, d, v2, c, sl2e):
+    # One logit per lane, no communication between lanes. m: the lane's maximum, c: the block offset
+    # where it was seen, d: the lane's sum of exp((x - m) * scale) (sl2e = scale * log2(e)), v2: its
+    # second-largest logit. One exp2 per element: t = exp(-|x - m| * scale) rescales d when x is a
+    # new maximum, and is x's own term otherwise.
+    t = tl.exp2(-tl.abs(x - m) * sl2e)
+    gt = x > m
+    d = tl.where(gt, d * t + 1.0, d + t)
+    v2 = tl.maximum(v2, tl.minimum(x, m))
+    m = tl.where(gt, x, m)
+    c = tl.where(gt, off, c)
+    return m, d, v2, c
+
+
+@triton.jit
+def lane_slice_kernel(
+    md_ptr, lm_ptr, lv_ptr, lc_ptr, in_ptr,
+    in_row_stride, in_col_stride,
+    n_cols, slice_len, n_slices, sl2e,
+    BLOCK: tl.constexpr,  # lanes: lane j reads columns start + j, start + j + BLOCK, ...
+):
+    row = tl.program_id(0).to(tl.int64)
+    s = tl.program_id(1)
+    start = s.to(tl.int64) * slice_len
+    lanes = tl.arange(0, BLOCK)
+    m = tl.full((BLOCK,), LOWEST, tl.float32)
+    d = tl.zeros((BLOCK,), tl.float32)
+    v2 = tl.full((BLOCK,), -float("inf"), tl.float32)
+    c = tl.zeros((BLOCK,), tl.int32)
+    base = in_ptr + row * in_row_stride + (start + lanes) * in_col_stride
+    n_here = tl.minimum(n_cols - start, slice_len).to(tl.int32)
+    n_full = n_here - n_here % BLOCK
+    for off in range(0, n_full, BLOCK):  # whole blocks: no mask
+        x = tl.load(base + off * in_col_stride).to(tl.float32)
+        m, d, v2, c = lane_update(x, off, m, d, v2, c, sl2e)
+    if n_full < n_here:                  # the slice's last, partial block
+        x = tl.load(base + n_full * in_col_stride, mask=lanes < n_here - n_full, other=-float("inf")).to(tl.float32)
+        m, d, v2, c = lane_update(x, n_full, m, d, v2, c, sl2e)
+    m_s = tl.max(m, 0)  # the slice's pair: one reduction, after the loop
+    d_s = tl.sum(d * tl.exp2((m - m_s) * sl2e), 0)
+    slot = row * n_slices + s
+    tl.store(md_ptr + 2 * slot, m_s)
+    tl.store(md_ptr + 2 * slot + 1, d_s)
+    lane_slot = slot * BLOCK + lanes
+    tl.store(lm_ptr + lane_slot, m)
+    tl.store(lv_ptr + lane_slot, v2)
+    tl.store(lc_ptr + lane_slot, (start + lanes + c).to(tl.int32))
+
+
+@triton.jit
+def ordered_bits(v):
+    # float32 -> int32 in the same order (the high half of topk_keys)
+    bits = v.to(tl.int32, bitcast=True)
+    return tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
+
+
+@triton.jit
+def lane_merge_kernel(
+    out_ptr, idx_ptr, md_ptr, lm_ptr, lv_ptr, lc_ptr, buf_ptr, ubuf_ptr, in_ptr, u_ptr,
+    in_row_stride, in_col_stride,
+    n_cols, slice_len, n_slices, sl2e, scale, k, top_p,
+    K: tl.constexpr, BLOCK: tl.constexpr, SLICES: tl.constexpr,
+    LANES: tl.constexpr,   # n_slices * BLOCK rounded up to a power of two
+    CAP: tl.constexpr,     # candidates the row's buffer holds
+    UCAP: tl.constexpr,    # unclean lanes it reads again; more (or more candidates): the whole row
+    MODE: tl.constexpr, RENORM: tl.constexpr, SORT: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    s = tl.arange(0, SLICES)
+    m_s = tl.load(md_ptr + 2 * (row * n_slices + s), mask=s < n_slices, other=LOWEST)
+    d_s = tl.load(md_ptr + 2 * (row * n_slices + s) + 1, mask=s < n_slices, other=0.0)
+    m = tl.max(m_s, 0)
+    d = tl.sum(d_s * tl.exp2((m_s - m) * sl2e), 0)
+    # The row's lane maxima as ordered int32; a lane past the row's end gets the smallest int32.
+    n_lanes = n_slices * BLOCK
+    lane = tl.arange(0, LANES)
+    real = (lane < n_lanes) & ((lane // BLOCK) * slice_len + lane % BLOCK < n_cols)
+    at = row * n_lanes + lane
+    lane_max = tl.load(lm_ptr + at, mask=real, other=0.0)
+    u = tl.where(real, ordered_bits(lane_max), -2**31)
+    # T: the k-th largest lane maximum, decided bit by bit from the top (t + 2^31, so the bits are unsigned).
+    t = tl.zeros((), tl.int64)
+    for b in range(32):
+        trial = t | (tl.full((), 1, tl.int64) << (31 - b))
+        t = tl.where(tl.sum((u >= (trial - 2**31).to(tl.int32)).to(tl.int32), 0) >= k, trial, t)
+    T = (t - 2**31).to(tl.int32)
+    # Candidates: the maxima >= T of the clean lanes, packed into the row's buffer (a running count
+    # gives each its slot); the unclean lanes (second logit >= T) are listed, to be read again.
+    unclean = real & (tl.where(real, ordered_bits(tl.load(lv_ptr + at, mask=real, other=0.0)), -2**31) >= T)
+    keep = (u >= T) & ~unclean
+    buf = buf_ptr + row * CAP
+    ubuf = ubuf_ptr + row * UCAP
+    slot = tl.cumsum(keep.to(tl.int32), 0) - 1
+    key = topk_keys(lane_max, tl.load(lc_ptr + at, mask=real, other=0).to(tl.int64), n_cols)
+    tl.store(buf + slot, key, mask=keep & (slot < CAP))
+    count = tl.sum(keep.to(tl.int32), 0)
+    uslot = tl.cumsum(unclean.to(tl.int32), 0) - 1
+    tl.store(ubuf + uslot, lane, mask=unclean & (uslot < UCAP))
+    n_unclean = tl.sum(unclean.to(tl.int32), 0)
+    tl.debug_barrier()  # the buffers, written by all threads, are read below
+    x_row = in_ptr + row * in_row_stride
+    if n_unclean <= UCAP:
+        g = tl.arange(0, 256)
+        for i in range(n_unclean):  # an unclean lane's logits >= T: a strided gather of its slice
+            L = tl.load(ubuf + i)
+            first = (L // BLOCK).to(tl.int64) * slice_len + L % BLOCK
+            end = tl.minimum((L // BLOCK).to(tl.int64) * slice_len + slice_len, n_cols)
+            for off in range(0, slice_len, 256 * BLOCK):
+                cols = first + off + g * BLOCK
+                x = tl.load(x_row + cols * in_col_stride, mask=cols < end, other=-float("inf")).to(tl.float32)
+                hit = (cols < end) & (ordered_bits(x) >= T)
+                hit_slot = count + tl.cumsum(hit.to(tl.int32), 0) - 1
+                tl.store(buf + hit_slot, topk_keys(x, cols, n_cols), mask=hit & (hit_slot < CAP))
+                count += tl.sum(hit.to(tl.int32), 0)
+        tl.debug_barrier()
+    if (count <= CAP) & (n_unclean <= UCAP):
+        j = tl.arange(0, CAP)
+        top = sorted_top(tl.load(buf + j, mask=j < count, other=-2**63), K, CAP, SORT)
+    else:  # many logits tied at T (a flat row): the whole row through the per-block merge; exact, slow
+        top = empty_top(K)
+        cols0 = tl.arange(0, 256)
+        for off in range(0, n_cols, 256):
+            cols = off + cols0
+            x = tl.load(x_row + cols * in_col_stride, mask=cols < n_cols, other=-float("inf")).to(tl.float32)
+            top = merge_top(top, topk_keys(x, cols, n_cols), K, 256, SORT)
+    v = key_value(top)
+    col = key_column(top)
+    lane = tl.arange(0, K)
+    if MODE == 0:
+        p = tl.where(d > 0, tl.exp2((v - m) * sl2e) / d, float("nan"))  # a row of only -inf: NaN
+        tl.store(out_ptr + row * k + lane, p.to(out_ptr.dtype.element_ty), mask=lane < k)
+        tl.store(idx_ptr + row * k + lane, col, mask=lane < k)
+    else:
+        chosen, mass = sample_step(v * scale, col, m * scale, d, k, top_p, tl.load(u_ptr + row), K, RENORM)
+        tl.store(idx_ptr + row, chosen)
+        tl.store(out_ptr + row, mass)
+
+
+def lane_plan(n_rows, n_cols, target_programs=None):
+    """Slices for the lane kernels: about 8 programs per SM, at most MAX_LANES lanes a row."""
+    target = target_programs or (sm_count() * LANE_PROGRAMS_PER_SM if ON_GPU else 4)
+    block = min(LANE_BLOCK, triton.next_power_of_2(n_cols))
+    blocks = triton.cdiv(n_cols, block)
+    slices = max(1, min(blocks, triton.cdiv(target, max(n_rows, 1)), MAX_LANES // block))
+    slice_len = triton.cdiv(blocks, slices) * block
+    slices = triton.cdiv(n_cols, slice_len)
+    return {"block": block, "slices": slices, "slice_len": slice_len, "slices_p2": triton.next_power_of_2(slices),
+            "lanes_p2": triton.next_power_of_2(slices * block), "warps": 8 if block >= 1024 else 4,
+            "merge_warps": max(4, min(16, triton.next_power_of_2(slices * block) // 512))}  # <= 16 lanes a thread
+
+
+def use_lanes(n_rows, n_cols, K):
+    """The lane kernels where they were measured faster than the per-program top K (lesson 09's data)."""
+    return K <= LANE_MAX_K and n_rows * n_cols >= LANE_MIN_ELEMENTS
+
+
+def _lanes(rows, K, k, out, idx, scale=1.0, mode=0, u=None, top_p=1.0, renorm=True):
+    M, N = rows.shape
+    plan = lane_plan(M, N)
+    S, B = plan["slices"], plan["block"]
+    f32, dev = dict(dtype=torch.float32, device=rows.device), rows.device
+    md = torch.empty((M, S, 2), **f32)
+    lane_max, lane_second = torch.empty((M, S * B), **f32), torch.empty((M, S * B), **f32)
+    lane_col = torch.empty((M, S * B), dtype=torch.int32, device=dev)
+    cap = max(128, 2 * K)
+    buf = torch.empty((M, cap), dtype=torch.int64, device=dev)
+    ubuf = torch.empty((M, UNCLEAN_LANES), dtype=torch.int32, device=dev)
+    sl2e = scale * 1.4426950408889634  # exp(y) = exp2(y * log2(e))
+    lane_slice_kernel[(M, S)](md, lane_max, lane_second, lane_col, rows, rows.stride(0), rows.stride(1),
+                              N, plan["slice_len"], S, sl2e, BLOCK=B, num_warps=plan["warps"])
+    lane_merge_kernel[(M,)](out, idx, md, lane_max, lane_second, lane_col, buf, ubuf, rows, md if u is None else u,
+                            rows.stride(0), rows.stride(1), N, plan["slice_len"], S, sl2e, scale, k, top_p,
+                            K=K, BLOCK=B, SLICES=plan["slices_p2"], LANES=plan["lanes_p2"], CAP=cap,
+                            UCAP=UNCLEAN_LANES, MODE=mode, RENORM=renorm, SORT=SORT, num_warps=plan["merge_warps"])
+
+
+def topk_by_lanes(x, k):
+    """softmax_topk by the lane kernels (k <= LANE_MAX_K)."""
+    rows, k, shape = _topk_args(x, k)
+    K = candidate_lanes(k)
+    if K > LANE_MAX_K:
+        raise ValueError(f"the lane kernels keep k <= {LANE_MAX_K}, got {k}.")
+    M = rows.shape[0]
+    values = torch.empty((M, k), dtype=x.dtype, device=x.device)
+    indices = torch.empty((M, k), dtype=torch.int64, device=x.device)
+    if M > 0:
+        _lanes(rows, K, k, values, indices)
+    return values.reshape(shape), indices.reshape(shape)
+
+
+def softmax_topk(x, k):
+    """The k largest probabilities of softmax(x) over the last dimension and their columns, largest
+    first, as ``torch.softmax(x.float(), -1).topk(k)``: values in x's dtype (computed in float32),
+    int64 indices, both of shape (..., k). Reads x once and never modifies it."""
+    rows, k, _ = _topk_args(x, k)
+    if use_lanes(rows.shape[0], rows.shape[1], candidate_lanes(k)):
+        return topk_by_lanes(x, k)
+    return topk_per_program(x, k)
 
 
 def sample_torch(rows, temperature, top_k, top_p, u):
@@ -283,10 +496,13 @@ def sample(logits, *, temperature=1.0, top_k=None, top_p=None, generator=None):
     if k > MAX_K:
         return sample_torch(rows, temperature, top_k, p, u).reshape(shape)
     K = candidate_lanes(k)
-    md, keys, plan = _slices(rows, K, 1.0 / temperature)
     mass = torch.empty((M,), dtype=torch.float32, device=dev)
-    topk_merge_kernel[(M,)](mass, ids, md, keys, u, plan["slices"], k, p,
-                            K=K, SLICES=plan["slices_p2"], MODE=1, RENORM=top_k is not None, SORT=SORT)
+    if use_lanes(M, n, K):
+        _lanes(rows, K, k, mass, ids, 1.0 / temperature, mode=1, u=u, top_p=p, renorm=top_k is not None)
+    else:
+        md, keys, plan = _slices(rows, K, 1.0 / temperature)
+        topk_merge_kernel[(M,)](mass, ids, md, keys, u, plan["slices"], k, p,
+                                K=K, SLICES=plan["slices_p2"], MODE=1, RENORM=top_k is not None, SORT=SORT)
     if top_k is None and k < n:  # the nucleus must lie inside the candidates; else sort that row
         short = (mass < p).nonzero()[:, 0]
         if short.numel():
