@@ -110,3 +110,29 @@ def test_many_rows_sample_against_the_hugging_face_chain():
     quotes(text, f"{frac.course_sample.min():.3f} to {frac.course_sample.max():.3f} of one read against "
                  f"{frac.torch_hf_sample.min():.3f} to {frac.torch_hf_sample.max():.3f}", "{}")
     assert (frac.course_sample > frac.torch_hf_sample).all()  # "at every shape"
+
+
+# The lane design's unclean lanes: the prose quotes the plan, the prediction and the count of the cell.
+UNCLEAN = "How many unclean lanes does a row have?"
+
+
+def test_unclean_lanes_prediction_and_count():
+    import math
+
+    import torch
+    from helpers.kernels.sampling import LANE_PROGRAMS_PER_SM, lane_plan
+
+    text = cell_with("09", UNCLEAN)
+    code = code_cell_with("09", "def unclean_lanes(")
+    ns = {"torch": torch, "math": math}
+    exec(code.split("\n\nrandom_rows =")[0], ns)  # the cell's own function
+    rows = torch.randn(32, 256000, generator=torch.Generator().manual_seed(0)) * 3
+    assert "random_rows = torch.randn(32, 256000, generator=torch.Generator().manual_seed(0)) * 3" in code
+    plans = [lane_plan(M, 256000, target_programs=132 * LANE_PROGRAMS_PER_SM) for M in (64, 256)]
+    lanes = [p["slices"] * p["block"] for p in plans]
+    counted = [ns["unclean_lanes"](rows, p) for p in plans]
+    quotes(text, f"{lanes[0]} lanes at 64 rows and {lanes[1]} lanes at 256 rows", "{}")
+    quotes(text, f"is then {math.comb(50, 2) / lanes[0]:.2f} and {math.comb(50, 2) / lanes[1]:.2f} pairs a row", "{}")
+    quotes(text, f"average {counted[0].mean():.2f} and {counted[1].mean():.2f} a row, at most "
+                 f"{counted[0].max():.0f} and {counted[1].max():.0f}", "{}")
+    quotes(text, f"Each is {256000 // lanes[0]} or {256000 // lanes[1]} logits read again", "{}")
