@@ -400,7 +400,7 @@ def lane_plan(n_rows, n_cols, target_programs=None):
 
 
 def use_lanes(n_rows, n_cols, K):
-    """The lane kernels where they were measured faster than the per-program top K (lesson 09's data)."""
+    """The lane kernels for K <= LANE_MAX_K on inputs of at least LANE_MIN_ELEMENTS logits."""
     return K <= LANE_MAX_K and n_rows * n_cols >= LANE_MIN_ELEMENTS
 
 
@@ -408,13 +408,14 @@ def _lanes(rows, K, k, out, idx, scale=1.0, mode=0, u=None, top_p=1.0, renorm=Tr
     M, N = rows.shape
     plan = lane_plan(M, N)
     S, B = plan["slices"], plan["block"]
-    f32, dev = dict(dtype=torch.float32, device=rows.device), rows.device
-    md = torch.empty((M, S, 2), **f32)
-    lane_max, lane_second = torch.empty((M, S * B), **f32), torch.empty((M, S * B), **f32)
-    lane_col = torch.empty((M, S * B), dtype=torch.int32, device=dev)
     cap = max(128, 2 * K)
-    buf = torch.empty((M, cap), dtype=torch.int64, device=dev)
-    ubuf = torch.empty((M, UNCLEAN_LANES), dtype=torch.int32, device=dev)
+    # One workspace, in 4-byte words: the slices' pairs, the lanes' max, second and column, the row's
+    # candidate buffer (int64: every part before it has an even length) and its list of unclean lanes.
+    sizes = [2 * M * S, M * S * B, M * S * B, M * S * B, 2 * M * cap, M * UNCLEAN_LANES]
+    work = torch.empty(sum(sizes), dtype=torch.int32, device=rows.device)
+    md, lane_max, lane_second, lane_col, buf, ubuf = work.split(sizes)
+    md, lane_max, lane_second = (t.view(torch.float32) for t in (md, lane_max, lane_second))
+    buf = buf.view(torch.int64)
     sl2e = scale * 1.4426950408889634  # exp(y) = exp2(y * log2(e))
     lane_slice_kernel[(M, S)](md, lane_max, lane_second, lane_col, rows, rows.stride(0), rows.stride(1),
                               N, plan["slice_len"], S, sl2e, BLOCK=B, num_warps=plan["warps"])
