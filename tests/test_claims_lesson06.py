@@ -143,7 +143,7 @@ def test_few_long_rows_against_a_copy(bench, frac, spread):
     text = cell_with(L, "The split designs fix the idle GPU")
     quotes(text, f"{best.min():.2f} to {best.max():.2f} of a copy")
     quotes(text, f"{(best / peers).min():.1f}x to {(best / peers).max():.1f}x")
-    assert (best < 0.85).all()  # the course's target, not reached
+    quotes(text, f"it does at {(best >= 0.85).sum()} of the {len(best)}")  # the course's target
     eager_spread = bench.pivot_table(index=["dtype", "M", "N"], columns="provider", values="spread")[PROVIDERS]
     assert data.noisy(eager_spread)["torch_compile"].sum() > data.noisy(eager_spread).drop(columns="torch_compile").values.sum()
     copy = bench[(bench.provider == "copy") & (bench.M == 300)].set_index("dtype")[["graph_ms", "ms"]] * 1000
@@ -163,13 +163,15 @@ def test_the_cooperative_kernels_counters(ncu, bench, gpu, frac, spread):
     coop["formula %"] = 100 * coop["per SM"] * coop.warps / (recorded["max_threads_per_sm"] // 32)
     coop["slices a row"] = coop.index.get_level_values("N") // chosen.slice_cols.reindex(coop.index).astype(int)
     copy_us = (bench[bench.provider == "copy"].set_index(["dtype", "M", "N"]).graph_ms * 1000).reindex(coop.index)
-    text = cell_with(L, "**A fifth to a quarter of the warp slots.**")
+    text = cell_with(L, "**A quarter of the warp slots or less.**")
     quotes(text, f"{coop.registers.min():.0f} to {coop.registers.max():.0f} registers")
     assert (coop["limit"] == "registers").all()
     big = coop.loc[("float32", 1024, 65536)]
     quotes(text, f"{big['per SM']} programs fit an SM, {big['per SM'] * big.warps:.0f} of its 64 warp slots ({big['formula %']:.0f}%)")
     others = coop.drop(index=("float32", 1024, 65536))
-    assert set(others["per SM"] * others.warps) == {16} and set(others["formula %"].round()) == {25}
+    slots = sorted(set((others["per SM"] * others.warps).astype(int)))
+    quotes(text, f"At the other shapes {' or '.join(map(str, slots))} of the 64 slots are filled")
+    assert coop["formula %"].max() <= 25
     assert (abs(coop["formula %"] - coop.theoretical_occupancy_pct) < 1).all()
     sms = gpu[0]
     quotes(text, f"{big['per SM']} programs × {sms} SMs = {big['per SM'] * sms} fit at once and a row has {big['slices a row']} slices")
@@ -190,20 +192,46 @@ def test_the_tuners_choice_and_where_two_launches_win(frac, spread):
     text = cell_with(L, "**No slice wins everywhere.**")
     f32 = uses.loc["float32"]
     quotes(text, f"slices of {f32.loc[(1024, 65536), 'slice_cols']} columns with {f32.loc[(1024, 65536), 'num_warps']} warps at 1024 × 64K")
-    assert set(f32.drop(index=(1024, 65536)).slice_cols) == {16384}
-    bf = uses.loc["bfloat16"]
-    assert len(set(map(tuple, bf.values))) == 1
-    quotes(text, f"{bf.slice_cols.iloc[0]} × {bf.num_warps.iloc[0]} at every shape")
+    longer = f32.drop(index=(1024, 65536))
+    assert len(set(map(tuple, longer.values))) == 1
+    quotes(text, f"slices of {longer.slice_cols.iloc[0]} columns with {longer.num_warps.iloc[0]} warps at fewer, longer rows")
+    bf = uses.loc["bfloat16"].sort_index(ascending=False)  # most rows first
+    most, fewest = bf.iloc[:2], bf.iloc[2:]
+    assert len(set(map(tuple, most.values))) == 1 and len(set(map(tuple, fewest.values))) == 1
+    quotes(text, f"{most.slice_cols.iloc[0]} × {most.num_warps.iloc[0]} at the two shapes with the most rows and "
+                 f"{fewest.slice_cols.iloc[0]} × {fewest.num_warps.iloc[0]} at the two with the fewest")
     assert not data.noisy(spread.split_coop).any()  # "whose rounds agree within 10% at every shape"
     assert "spread" not in tuning.columns  # the tuner records one timing each: the prose says so
     pick = frac[["softmax", "split", "split_coop"]]
     misses = pick[pick.softmax < 0.95 * pick[["split", "split_coop"]].max(axis=1)]
-    assert list(misses.index) == [("bfloat16", 8, 1048576), ("bfloat16", 64, 262144)]
+    assert list(misses.index) == [("bfloat16", 8, 1048576)]
+    assert "Two launches win at one shape." in cell_with(L, "**No slice wins everywhere.**")
     assert not data.noisy(spread.loc[misses.index, ["softmax", "split"]]).any().any()
     text = cell_with(L, "A dispatch table is only as good")
-    for M, name in ((64, "64 × 256K"), (8, "8 × 1M")):
+    for M, name in ((8, "8 × 1M"),):
         r = misses.xs(M, level="M").iloc[0]
         quotes(text, f"{name}, {r.softmax:.2f} against {r.split:.2f}")
+
+
+def test_what_the_safety_net_costs():
+    net = data.load("coop_safety_net")
+    assert not data.noisy(net.graph_spread).any()  # every cell the paragraph compares: rounds within 10%
+    versions = net.pivot_table(index=["dtype", "M", "N"], columns="safety_net", values="graph_frac")
+    gain = versions["256-column blocks"] - versions["whole slices"]
+    prof = net.dropna(subset=["registers"]).set_index(["dtype", "M", "N", "safety_net"])
+    big = ("float32", 1024, 65536)
+    before, after = prof.loc[big + ("whole slices",)], prof.loc[big + ("256-column blocks",)]
+    assert (before.slice_cols, before.num_warps) == (after.slice_cols, after.num_warps)  # "the same configuration"
+    text = cell_with(L, "At float32 1024 × 64K the same configuration went from")
+    quotes(text, f"from {before.registers:.0f} registers a thread to {after.registers:.0f}")
+    recorded = data.load("device_props").iloc[0].to_dict()
+    per_sm = [helpers.occupancy(int(r.registers), 0, int(r.num_warps), recorded)["programs_per_sm"] for r in (before, after)]
+    assert per_sm[1] == per_sm[0] + 1 == 4  # "a fourth program fits each SM"
+    quotes(text, f"from {versions.loc[big, 'whole slices']:.2f} to {versions.loc[big, '256-column blocks']:.2f} of a copy")
+    assert (gain > 0).all()
+    quotes(text, f"by {gain.min():.2f} to {gain.max():.2f}")
+    bf = prof.xs("256-column blocks", level="safety_net").loc["bfloat16"].registers
+    quotes(text, f"{bf.min():.0f} to {bf.max():.0f} registers")
 
 
 def test_no_history_in_the_lesson():
