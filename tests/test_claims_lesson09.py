@@ -57,12 +57,9 @@ def test_few_rows_course_against_pytorch_in_microseconds():
     ratio = us[["torch_softmax_topk", "compile_softmax_topk"]].min(axis=1) / us.course_softmax_topk
     quotes(text, f"takes {us.course_softmax_topk.min():.1f} to {us.course_softmax_topk.max():.1f} µs", "{}")
     quotes(text, f"takes {ratio.min():.2f} to {ratio.max():.2f} times as long", "{}")
-    behind = ratio[ratio < 1].index.tolist()
-    assert behind == [("bfloat16", 8, 256000)], behind  # the one shape the prose names
-    row = us.loc[behind[0]]
-    assert row.compile_softmax_topk < row.torch_softmax_topk
-    quotes(text, f"`torch.compile` takes {row.compile_softmax_topk:.1f} µs against the course's "
-                 f"{row.course_softmax_topk:.1f}", "{}")
+    assert (ratio > 1).all() and "the course is ahead of both at every shape" in text
+    first = us.course_topk_per_program
+    quotes(text, f"(the first design alone {first.min():.1f} to {first.max():.1f})", "{}")
 
 
 def test_few_rows_sample_against_the_hugging_face_chain_and_the_copy():
@@ -83,19 +80,27 @@ def test_many_rows_fraction_of_one_read_and_where_the_course_is_ahead():
     text = cell_with("09", MANY)
     quotes(text, f"reaches {course.min():.3f} to {course.max():.3f} of one read", "{}")
     quotes(text, f"(eager or compiled) {peer.min():.3f} to {peer.max():.3f}", "{}")
-    ahead = frac.index[course > peer].tolist()
-    assert ahead == [(dt, 256, n) for dt in ("bfloat16", "float32") for n in (128256, 151936, 256000)], ahead
-    assert "only at 256 rows of 128256 tokens or more, in both dtypes" in text
-    assert course.max() < 0.85 and "far from met" in text  # the target is not claimed
+    first = frac.course_topk_per_program
+    quotes(text, f"the first design alone {first.min():.3f} to {first.max():.3f}", "{}")
+    quotes(text, f"{(course / first).min():.1f} to {(course / first).max():.1f} times as fast as the first", "{}")
+    assert len(frac.index[course > peer]) == len(frac) and "ahead of PyTorch at every shape" in text
+    assert course.max() < 0.85 and "nowhere at 0.85 of the floor" in text  # the target is not claimed
 
 
 def test_the_merge_not_the_read_limits_the_design():
-    big = _bench().query("M == 256 and N == 256000").pivot_table(index="dtype", columns="provider", values="graph_us")
+    b = _bench()
+    ends = b.query("(M == 256 and N == 256000) or (M == 64 and N == 32000)")
+    ends = ends.pivot_table(index=["M", "N", "dtype"], columns="provider", values="graph_us")
+    ends = ends.assign(one_read=ends["copy"] / 2)
     text = cell_with("09", MANY)
-    read = big["copy"] / 2
-    quotes(text, f"one read takes {read['float32']:.0f} µs in float32 and {read['bfloat16']:.0f} µs in bfloat16", "{}")
-    quotes(text, f"takes {big.course_softmax_topk['float32']:.0f} µs and {big.course_softmax_topk['bfloat16']:.0f} µs", "{}")
-    assert big.course_softmax_topk["bfloat16"] > big.course_softmax_topk["float32"]  # "half the bytes, no faster"
+    big, small = ends.loc[(256, 256000)], ends.loc[(64, 32000)]
+    quotes(text, f"one read takes {big.one_read['float32']:.1f} µs in float32 and {big.one_read['bfloat16']:.1f} µs in bfloat16", "{}")
+    quotes(text, f"`softmax_topk` {big.course_softmax_topk['float32']:.1f} µs and {big.course_softmax_topk['bfloat16']:.1f} µs", "{}")
+    quotes(text, f"(the first design {big.course_topk_per_program['float32']:.1f} and {big.course_topk_per_program['bfloat16']:.1f})", "{}")
+    assert (big.course_softmax_topk - big.one_read).between(20, 60).all()  # "a few tens of microseconds above the read"
+    quotes(text, f"At 64 rows of 32000 one read takes {small.one_read['float32']:.1f} µs in float32 and "
+                 f"`softmax_topk` {small.course_softmax_topk['float32']:.1f} µs", "{}")
+    assert small.one_read["float32"] < 0.1 * small.course_softmax_topk["float32"]  # "nearly all of it is the merge"
 
 
 def test_the_benchmark_derivations_are_in_sight():
@@ -136,3 +141,10 @@ def test_unclean_lanes_prediction_and_count():
     quotes(text, f"average {counted[0].mean():.2f} and {counted[1].mean():.2f} a row, at most "
                  f"{counted[0].max():.0f} and {counted[1].max():.0f}", "{}")
     quotes(text, f"Each is {256000 // lanes[0]} or {256000 // lanes[1]} logits read again", "{}")
+
+
+def test_the_first_designs_bfloat16_is_no_faster():
+    first = _bench().query("M >= 64 and provider == 'course_topk_per_program'").pivot_table(
+        index=["M", "N"], columns="dtype", values="graph_us")
+    assert (first.bfloat16 >= 0.95 * first.float32).all()  # "half the bytes, is no faster than float32"
+    assert "half the bytes, is no faster than float32" in cell_with("09", "What bounds a one-pass kernel")
