@@ -95,7 +95,7 @@ def tiled_rule(block_n: int, element_size: int) -> TiledConfig:
 
 
 def coop_candidates() -> list[tuple[int, int]]:
-    """(columns per slice, warps): from 16 to 128 columns a thread (fewer columns a thread, fewer
+    """(columns per slice, warps): from 16 to 64 columns a thread (fewer columns a thread, fewer
     registers, so more programs an SM; more, fewer slices a row to wait for)."""
     return [(2048, 2), (2048, 4), (4096, 2), (4096, 4), (4096, 8), (8192, 4), (8192, 8), (8192, 16), (16384, 16),
             (16384, 32)]
