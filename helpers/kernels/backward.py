@@ -9,7 +9,7 @@ from helpers.checks import check_tensor
 from helpers.device import compiled_occupancy
 from helpers.launch import (IN, IN2, OUT, WS, Launch, Plan, RowSoftmax2, acc_dtype, check_block_size,
                             check_positive_int)
-from helpers.kernels.split import MAX_SPIN  # lesson 06's give-up count for the wait
+from helpers.kernels.split import MAX_SPIN, count_in_and_wait, resident_rows_per_round  # lesson 06's wait
 from helpers.mode import ON_GPU
 
 
@@ -101,12 +101,7 @@ def softmax_backward_coop_kernel(
         next_live = cols < tl.where(next_row < n_rows, n_cols, 0)
         y_next = tl.load(y_ptr + next_row * y_row_stride + cols * y_col_stride, mask=next_live, other=0.0)
         dy_next = tl.load(dy_ptr + next_row * dy_row_stride + cols * dy_col_stride, mask=next_live, other=0.0)
-        seen = tl.atomic_add(count_ptr + row, 1, mask=valid, sem="acq_rel", scope="gpu") + 1
-        seen = tl.where(valid, seen, n_slices)
-        spins = 0
-        while (seen < n_slices) & (spins < MAX_SPIN):
-            seen = tl.atomic_add(count_ptr + row, 0, sem="acquire", scope="gpu")
-            spins += 1
+        spins = count_in_and_wait(count_ptr + row, valid, n_slices, MAX_SPIN)  # lesson 06's wait
         parts = tl.load(dots_ptr + row * n_slices + k, mask=k < tl.where(valid, n_slices, 0), other=0.0,
                         volatile=True)
         # A safety net a correct launch never uses: a program that gave up waiting makes its slice of the
@@ -216,14 +211,7 @@ def backward_coop_plan(rows, slice_cols=None, num_warps=None):
             num_warps=num_warps, launch_cooperative_grid=True)
         return compiled_occupancy(compiled, num_warps)
 
-    # As in lesson 06: size the grid with the kernel compiled for the rows_per_round launched.
-    rows_per_round, info = 0, resident(3)
-    for _ in range(4):
-        want = min(rows.n_rows, info["programs"] // n_slices)
-        if want < 1 or want == rows_per_round:
-            break
-        rows_per_round, info = want, resident(want)
-    rows_per_round = min(rows_per_round, info["programs"] // n_slices)
+    rows_per_round, info = resident_rows_per_round(rows.n_rows, n_slices, resident)  # lesson 06's sizing
     if rows_per_round < 1:  # a row needs more programs than can be resident at once
         return Plan(delegate=softmax_backward_looped, info=info)
     return Plan(

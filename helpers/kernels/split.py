@@ -118,6 +118,20 @@ def softmax_split(x, slices=None, block_size=None):
 
 
 @triton.jit
+def count_in_and_wait(counter_ptr, valid, n_slices, MAX_SPIN: tl.constexpr):
+    # Add this slice to its row's counter (release: the slice's published result is visible first), then
+    # poll the counter (acquire) until all n_slices are in, or MAX_SPIN polls have passed. Returns the
+    # polls made: MAX_SPIN means the wait gave up. A program past the last row (not valid) does not wait.
+    seen = tl.atomic_add(counter_ptr, 1, mask=valid, sem="acq_rel", scope="gpu") + 1
+    seen = tl.where(valid, seen, n_slices)
+    spins = 0
+    while (seen < n_slices) & (spins < MAX_SPIN):
+        seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
+        spins += 1
+    return spins
+
+
+@triton.jit
 def softmax_split_coop_kernel(
     out_ptr, in_ptr, ws_ptr,
     in_row_stride, in_col_stride, out_row_stride,
@@ -154,12 +168,7 @@ def softmax_split_coop_kernel(
         x_next = tl.load(in_ptr + next_row * in_row_stride + cols * in_col_stride,
                          mask=cols < tl.where(next_row < n_rows, n_cols, 0), other=-float("inf"))
         # Phase 2: count this slice in (release), wait until the row's other slices are in (acquire).
-        seen = tl.atomic_add(count_ptr + row, 1, mask=valid, sem="acq_rel", scope="gpu") + 1
-        seen = tl.where(valid, seen, n_slices)
-        spins = 0
-        while (seen < n_slices) & (spins < MAX_SPIN):
-            seen = tl.atomic_add(count_ptr + row, 0, sem="acquire", scope="gpu")
-            spins += 1
+        spins = count_in_and_wait(count_ptr + row, valid, n_slices, MAX_SPIN)
         # Phase 3: the row's (M, D), from the published pairs or, if the wait gave up, from the row.
         if spins >= MAX_SPIN:
             # A safety net a correct launch never uses: count it, then read the whole row again and
@@ -193,6 +202,22 @@ def softmax_split_coop_kernel(
 MAX_SPIN = 1 << 22
 
 
+def resident_rows_per_round(n_rows, n_slices, resident):
+    """(rows per round, occupancy info) of a cooperative launch of ``n_slices`` programs a row, where
+    ``resident(rows_per_round)`` compiles the kernel for that value and returns its occupancy info.
+    Triton compiles rows_per_round = 1 as a constant, which can save registers (and so fit more
+    programs) that the launch with another value does not have: size the grid with the kernel
+    compiled for the value launched, until the two agree. 0 rows: one row needs more programs than
+    can be resident at once."""
+    rows_per_round, info = 0, resident(3)
+    for _ in range(4):
+        want = min(n_rows, info["programs"] // n_slices)
+        if want < 1 or want == rows_per_round:
+            break
+        rows_per_round, info = want, resident(want)
+    return min(rows_per_round, info["programs"] // n_slices), info
+
+
 def coop_plan(rows, slice_cols=None, num_warps=None):
     """softmax_split_coop: one cooperative launch whose programs keep their slice in registers and
     wait for the rest of their row. The grid is what the GPU keeps resident (from the compiled
@@ -222,19 +247,8 @@ def coop_plan(rows, slice_cols=None, num_warps=None):
                                                     launch_cooperative_grid=True)
         return compiled_occupancy(compiled, num_warps)
 
-    # Triton compiles rows_per_round = 1 as a constant, which can save registers (and so fit more
-    # programs) that the launch with another value does not have: size the grid with the kernel
-    # compiled for the value launched, until the two agree.
-    rows_per_round, info = 0, resident(3)
-    for _ in range(4):
-        if n_slices > info["programs"]:
-            return Plan(delegate=softmax_split, info=info)  # a row needs more programs than can be resident at once
-        want = max(1, min(rows.n_rows, info["programs"] // n_slices))
-        if want == rows_per_round:
-            break
-        rows_per_round, info = want, resident(want)
-    rows_per_round = min(rows_per_round, info["programs"] // n_slices)
-    if rows_per_round < 1:
+    rows_per_round, info = resident_rows_per_round(rows.n_rows, n_slices, resident)
+    if rows_per_round < 1:  # a row needs more programs than can be resident at once
         return Plan(delegate=softmax_split, info=info)
     return Plan(
         [Launch(softmax_split_coop_kernel, grid=(rows_per_round * n_slices,), ptrs=(OUT, IN, WS[0]),
