@@ -149,6 +149,78 @@ def test_naive_attention_matches_reference():
 
 
 # --------------------------------------------------------------------------------------------
+# The tensor-descriptor kernel (attention_fwd_tma_kernel): the GPU path for fp16 / bf16 on Hopper.
+# Forced here with small tiles, so that it runs in the interpreter too and loops over several
+# blocks; on a GPU the same tests run it compiled.
+# --------------------------------------------------------------------------------------------
+
+TMA_SMALL = [A.TmaConfig(32, 16, 4, 1, False), A.TmaConfig(16, 32, 4, 2, True)]
+
+
+def run_kernel(kernel, q, k, v, causal=False, scale=None, config=None):
+    plan = A.attention_plan(q, k, v, causal, scale, True, config=config, kernel=kernel)
+    assert plan.kernel == kernel
+    return A._launcher(plan, q, k, v)(q, k, v)
+
+
+@pytest.mark.parametrize("config", TMA_SMALL, ids=lambda c: f"{c.block_m}x{c.block_n}{'ws' if c.warp_specialize else ''}")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", [((2,), 50, 70, 16), ((1, 3), 77, 77, 32), ((2,), 64, 64, 64), ((), 17, 5, 128),
+                                   ((2,), 1, 129, 64)], ids=lambda s: f"{s[0]}x{s[1]}x{s[2]}xD{s[3]}")
+def test_tma_kernel_matches_float64(shape, causal, dtype, config):
+    lead, sq, sk, d = shape
+    if causal and sq != sk:
+        sk = sq
+    q, k, v = make(lead, sq, sk, d, dtype=dtype, seed=sq + sk + d)
+    out, lse = run_kernel("tma", q, k, v, causal, config=config)
+    assert_close(out, lse, q, k, v, causal=causal)
+
+
+@pytest.mark.parametrize("scale", [None, -0.5, 0.0])
+@pytest.mark.parametrize("causal", [False, True])
+def test_tma_and_pointer_kernels_agree(causal, scale):
+    """The two kernels compute the same thing (a negative scale takes the TMA kernel's row-min branch)."""
+    q, k, v = make((2, 2), 45, 45, 32, dtype=torch.float16, seed=9, amp=3.0)
+    out_t, lse_t = run_kernel("tma", q, k, v, causal, scale, config=TMA_SMALL[0])
+    out_p, lse_p = run_kernel("pointer", q, k, v, causal, scale)
+    torch.testing.assert_close(out_t.double(), out_p.double(), atol=4e-3, rtol=4e-3)
+    torch.testing.assert_close(lse_t, lse_p, atol=1e-3, rtol=1e-4)
+    if not (causal and scale is not None and scale <= 0):  # float64 SDPA gives NaN for a scale <= 0 with a mask
+        assert_close(out_t, lse_t, q, k, v, causal=causal, scale=scale)
+
+
+def test_tma_kernel_large_scores():
+    q, k, v = make((2,), 40, 40, 64, dtype=torch.float16, seed=11, amp=40.0)
+    out, lse = run_kernel("tma", q, k, v, True, config=TMA_SMALL[0])
+    assert torch.isfinite(out).all() and torch.isfinite(lse).all()
+    assert_close(out, lse, q, k, v, causal=True)
+
+
+def test_which_kernel_the_plan_picks():
+    """The TMA kernel only where a descriptor can address the inputs: 16-bit dtypes, last stride 1,
+    other strides multiples of 16 bytes, 16-byte aligned data, a GPU of compute capability >= 9."""
+    q, k, v = make((2,), 40, 40, 64, dtype=torch.float16)
+    meta = lambda *shape: torch.empty(shape, device="meta", dtype=torch.float16)  # noqa: E731
+    views = (meta(2, 40, 64),) * 3
+    assert A.tma_eligible(q, views, [(2560, 0)] * 3, interpreter=True) is False
+    assert A.tma_eligible(q.float(), views, [(2560, 0)] * 3, interpreter=False) is False
+    on_hopper = q.device.type == "cuda" and torch.cuda.get_device_capability(q.device)[0] >= 9
+    assert A.tma_eligible(q, views, [(2560, 0)] * 3, interpreter=False) is on_hopper
+    assert A.tma_eligible(q, (meta(2, 40, 68)[..., :64],) * 3, [(40 * 68, 0)] * 3, interpreter=False) is False
+    for d, causal in ((64, False), (64, True), (128, False), (128, True)):
+        q, k, v = make((2,), 40, 40, d, dtype=torch.float16)
+        use = on_hopper and not A.INTERPRETER and A.tma_config(q.dtype, d, causal) is not None
+        assert A.attention_plan(q, k, v, causal).kernel == ("tma" if use else "pointer")
+    assert A.tma_config(torch.float16, 128, False) is not None  # the table names the TMA kernel somewhere
+    assert A.attention_plan(q.float(), k.float(), v.float()).kernel == "pointer"
+    with pytest.raises(ValueError, match="kernel must be"):
+        A.attention_plan(q, k, v, kernel="cuda")
+    with pytest.raises(ValueError, match="float16 or bfloat16"):
+        A.attention_plan(q.float(), k.float(), v.float(), kernel="tma")
+
+
+# --------------------------------------------------------------------------------------------
 # Layouts: strides, views, expanded and copied leading dims
 # --------------------------------------------------------------------------------------------
 
@@ -238,7 +310,9 @@ def test_no_keys_gives_zeros_like_sdpa():
 def test_plan_grid_and_config():
     q, k, v = make((2, 3), 70, 50, 64, dtype=torch.float16)
     p = A.attention_plan(q, k, v, causal=False)
-    c = A.attention_config(torch.float16, 64)
+    tma = A.tma_config(torch.float16, 64, False)
+    assert p.kernel == ("tma" if tma and A.tma_eligible(q, (q, k, v), [(0, 0)] * 3) else "pointer")
+    c = tma if p.kernel == "tma" else A.attention_config(torch.float16, 64)
     assert p.config == c and p.grid == (math.ceil(70 / c.block_m), 6, 1)
     assert p.constexprs["HEAD_DIM"] == 64 and p.constexprs["CAUSAL"] is False
     assert p.args[-1] == pytest.approx(A.LOG2E / 8)  # scale * log2(e)
@@ -360,17 +434,26 @@ ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bi
 names = ["stride_qz", "stride_qh", "stride_qm", "stride_qd", "stride_kz", "stride_kh", "stride_kn", "stride_kd",
          "stride_vz", "stride_vh", "stride_vn", "stride_vd", "seq_q", "seq_k"]
 out = []
-for dt, d, causal, (bm, bn, warps, stages) in json.loads(sys.argv[3]):
+tma_names = [n for n in names if not n.endswith("d")]
+for dt, d, causal, cfg in json.loads(sys.argv[3]):
+    bm, bn, warps, stages = cfg[:4]
     ptr = {"float16": "*fp16", "bfloat16": "*bf16", "float32": "*fp32"}[dt]
-    sig = {"out_ptr": ptr, "lse_ptr": "*fp32", "q_ptr": ptr, "k_ptr": ptr, "v_ptr": ptr, **{n: "i32" for n in names},
-           "qk_scale": "fp32"}
-    consts = dict(HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal, WRITE_LSE=True,
-                  DOT={"float16": tl.float16, "bfloat16": tl.bfloat16, "float32": tl.float32}[dt],
-                  PRECISION="ieee" if dt == "float32" else "tf32", stride_qd=1, stride_kd=1, stride_vd=1)
+    dot = {"float16": tl.float16, "bfloat16": tl.bfloat16, "float32": tl.float32}[dt]
+    tma = len(cfg) == 5  # a TmaConfig: attention_fwd_tma_kernel
+    sig = {"out_ptr": ptr, "lse_ptr": "*fp32", "q_ptr": ptr, "k_ptr": ptr, "v_ptr": ptr,
+           **{n: "i32" for n in (tma_names if tma else names)}, "qk_scale": "fp32"}
+    if tma:
+        consts = dict(HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal, WRITE_LSE=True, DOT=dot, NEG_SCALE=False,
+                      WARP_SPECIALIZE=cfg[4], MASKED=True)
+        attrs = {(i,): [["tt.divisibility", 16]] for i in range(16)}
+    else:
+        consts = dict(HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal, WRITE_LSE=True, DOT=dot,
+                      PRECISION="ieee" if dt == "float32" else "tf32", stride_qd=1, stride_kd=1, stride_vd=1)
+        # what a launch on 16-byte aligned, contiguous inputs tells the compiler
+        attrs = {(i,): [["tt.divisibility", 16]] for i in (0, 1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 13, 14, 15, 17, 18)}
     sig.update({k: "constexpr" for k in consts})
-    # what a launch on 16-byte aligned, contiguous inputs tells the compiler
-    attrs = {(i,): [["tt.divisibility", 16]] for i in (0, 1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 13, 14, 15, 17, 18)}
-    k = triton.compile(ASTSource(fn=K.attention_fwd_kernel, signature=sig, constexprs=consts, attrs=attrs),
+    fn = K.attention_fwd_tma_kernel if tma else K.attention_fwd_kernel
+    k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
                        target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps, num_stages=stages))
     spills = None
     if os.path.exists(ptxas):
@@ -379,16 +462,17 @@ for dt, d, causal, (bm, bn, warps, stages) in json.loads(sys.argv[3]):
         r = subprocess.run([ptxas, "-v", "--gpu-name", "sm_90a", ptx, "-o", ptx + ".cubin"], capture_output=True, text=True)
         m = re.search(r"(\d+) bytes spill stores", r.stderr)
         spills = int(m.group(1)) if m else None
-    out.append({"dt": dt, "d": d, "shared": k.metadata.shared, "async": k.asm["ttgir"].count("async_copy_global_to_local"),
-                "spills": spills})
+    ttgir = k.asm["ttgir"]
+    out.append({"dt": dt, "d": d, "tma": tma, "shared": k.metadata.shared, "spills": spills,
+                "async": ttgir.count("async_copy_global_to_local") + ttgir.count("async_tma_copy_global_to_local")})
 print(json.dumps(out))
 '''
 
 
 def test_kernel_compiles_for_an_h100_without_spills(tmp_path):
-    """The configurations attention_config gives a GPU, compiled for sm_90 by this Triton (no GPU
-    needed): the K/V loads are pipelined (asynchronous copies), shared memory fits an H100's 227 KiB,
-    and ptxas reports no register spills."""
+    """The configurations attention_config and tma_config give a GPU, compiled for sm_90 by this
+    Triton (no GPU needed): the K/V loads are pipelined (asynchronous copies, or TMA copies in the
+    descriptor kernel), shared memory fits an H100's 227 KiB, and ptxas reports no register spills."""
     import json
     import os
     import subprocess
@@ -402,6 +486,13 @@ def test_kernel_compiles_for_an_h100_without_spills(tmp_path):
                           (torch.float32, 128, False), (torch.float32, 32, True)]:
         cfg = A.attention_config(dt, d, interpreter=False)
         cases.append([str(dt).replace("torch.", ""), d, causal, list(cfg)])
+    for dt in (torch.float16, torch.bfloat16):
+        for d in (64, 128):
+            for causal in (False, True):
+                tma = A.tma_config(dt, d, causal)
+                if tma is not None:
+                    cases.append([str(dt).replace("torch.", ""), d, causal, list(tma)])
+    assert any(len(c[3]) == 5 for c in cases)
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_DEFAULT_FP_FUSION"] = "1"
     r = subprocess.run([sys.executable, "-c", _COMPILE, str(ROOT / "helpers" / "kernels" / "attention.py"), str(tmp_path),

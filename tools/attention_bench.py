@@ -6,8 +6,12 @@ the naive, materialised version.
     python tools/attention_bench.py OUT.csv --tune                      # the kernel's tile configurations
 
 The sweep: B = 4, H = 16, S = Sq = Sk in ``SEQS``, D in (64, 128), float16 and bfloat16, causal and
-not. Providers (``PROVIDERS``): ``course`` (``helpers.attention``), ``sdpa`` (PyTorch picks the
-backend), ``sdpa_cudnn``/``sdpa_flash``/``sdpa_efficient`` (one backend each; one that refuses the
+not. Providers (``PROVIDERS``): ``course`` (``helpers.attention``: on Hopper in 16-bit types the
+tensor-descriptor kernel where ``tma_config`` names a tile), ``course_pointer`` (the pointer kernel
+forced, at ``attention_config``'s tile: the kernel the descriptor one replaces), ``tutorial`` (the
+official Triton tutorial's forward, autotuned, ``tools/attention_tutorial.py``; S >= ``TUTORIAL_MIN_S``,
+16-bit, Hopper; its configurations are compiled first by ``TUTORIAL_WORKERS`` processes at once),
+``sdpa`` (PyTorch picks the backend), ``sdpa_cudnn``/``sdpa_flash``/``sdpa_efficient`` (one backend each; one that refuses the
 inputs is recorded as ``refused: ...``) and ``naive`` (the scores materialised; S <= 8192 and only
 when its three (S, S) matrices fit in free memory).
 
@@ -36,11 +40,11 @@ import torch.nn.functional as F
 
 from helpers.gpu_data import provenance, write_csv
 from helpers.measure import eager_ms, exit_without_gpu, gpu_ms, median, peak_mib, spread
-from helpers.kernels.attention import AttentionConfig, _launcher, attention, attention_plan, naive_attention
+from helpers.kernels.attention import AttentionConfig, TmaConfig, _launcher, attention, attention_plan, naive_attention
 from helpers.mode import ON_GPU
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
-PROVIDERS = ("course", "sdpa", "sdpa_cudnn", "sdpa_flash", "sdpa_efficient", "naive")
+PROVIDERS = ("course", "course_pointer", "tutorial", "sdpa", "sdpa_cudnn", "sdpa_flash", "sdpa_efficient", "naive")
 COLUMNS = ("dtype", "B", "H", "S", "D", "causal", "provider", "ms", "tflops", "graph_ms", "graph_tflops",
            "spread", "graph_spread", "peak_mib", "max_err", "status")
 #: Timing rounds per case (the median is kept, the spread recorded), and milliseconds per timing.
@@ -48,6 +52,10 @@ ROUNDS = 5
 REP = 10
 SEQS = (1024, 2048, 4096, 8192, 16384)
 NAIVE_MAX_S = 8192
+#: The tutorial's autotuner compiles every configuration at every S (its N_CTX is a constexpr): it is
+#: measured where issue #23's targets are, S >= 4096, after a parallel compilation.
+TUTORIAL_MIN_S = 4096
+TUTORIAL_WORKERS = 16
 #: Max abs error allowed in the float64 check, by dtype (outputs are O(1); probabilities are
 #: rounded to the dtype before p @ v in every fused kernel).
 CHECK_ATOL = {torch.float16: 1e-2, torch.bfloat16: 6e-2, torch.float32: 1e-4}
@@ -76,6 +84,14 @@ def provider_fn(name: str, q, k, v, causal: bool):
     """A no-argument function computing attention(q, k, v) with provider ``name``."""
     if name == "course":
         return lambda: attention(q, k, v, causal=causal)
+    if name == "course_pointer":
+        call = _launcher(attention_plan(q, k, v, causal, kernel="pointer"), q, k, v)
+        return lambda: call(q, k, v)
+    if name == "tutorial":
+        import attention_tutorial  # tools/attention_tutorial.py
+
+        scale = 1.0 / math.sqrt(q.shape[-1])
+        return lambda: attention_tutorial.tutorial_forward(q, k, v, causal, scale)
     if name == "naive":
         return lambda: naive_attention(q, k, v, causal=causal)
     if name == "sdpa":
@@ -91,6 +107,35 @@ def provider_fn(name: str, q, k, v, causal: bool):
                 return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
         return fn
     raise ValueError(f"unknown provider {name!r}; choose from {PROVIDERS}")
+
+
+def tutorial_skip(S: int, dtype, device) -> str | None:
+    """Why the tutorial's forward is not measured at this shape (None: it is)."""
+    device = torch.device(device)
+    if dtype not in (torch.float16, torch.bfloat16):
+        return "skipped: the tutorial's forward takes 16-bit inputs"
+    if device.type != "cuda" or torch.cuda.get_device_capability(device)[0] < 9:
+        return "skipped: the tutorial's forward needs a Hopper GPU (tensor descriptors)"
+    if S < TUTORIAL_MIN_S:
+        return f"skipped: the tutorial is measured at S >= {TUTORIAL_MIN_S}"
+    return None
+
+
+def precompile_tutorial(shapes, workers: int = TUTORIAL_WORKERS) -> int:
+    """Compile the tutorial's configurations at every (B, H, S, D, dtype, causal) of ``shapes`` in
+    ``workers`` processes, into Triton's on-disk cache, where its autotuner then finds them. Returns
+    how many compiled."""
+    import multiprocessing as mp
+
+    import attention_tutorial as T
+
+    jobs = [(B, H, S, D, DTYPES[dt], causal, i) for B, H, S, D, dt, causal in shapes
+            for i in range(len(T.configs_for(D, causal, S)))]
+    if not jobs:
+        return 0
+    with mp.get_context("spawn").Pool(workers) as pool:
+        errors = pool.map(T.precompile_job, jobs, chunksize=1)
+    return sum(e is None for e in errors)
 
 
 def sample_rows(S: int, n: int = SAMPLE_ROWS) -> torch.Tensor:
@@ -171,6 +216,9 @@ def measure_shape(dtype_name: str, B: int, H: int, S: int, D: int, causal: bool,
     out_rows, timed = {}, {}
     for p in providers:
         base = dict(dtype_name=dtype_name, B=B, H=H, S=S, D=D, causal=causal, provider=p)
+        if p == "tutorial" and tutorial_skip(S, dtype, q.device):
+            out_rows[p] = _row(**base, status=tutorial_skip(S, dtype, q.device))
+            continue
         if p == "naive":
             need = 3 * B * H * S * S * q.element_size()
             if S > NAIVE_MAX_S or need > 0.8 * _free_bytes(q.device):
@@ -188,6 +236,12 @@ def measure_shape(dtype_name: str, B: int, H: int, S: int, D: int, causal: bool,
             continue
         err = max_error(out, ref, heads, rows_idx)
         del out
+        if p == "tutorial":
+            import attention_tutorial
+
+            c = attention_tutorial._attn_fwd.best_config
+            _log(f"  the tutorial's pick at {dtype_name} S={S} D={D} causal={int(causal)}: "
+                 f"({c.kwargs['BLOCK_M']}, {c.kwargs['BLOCK_N']}, {c.num_warps}, {c.num_stages})")
         tol = CHECK_ATOL.get(dtype, 1e-2)
         if not err <= tol:
             out_rows[p] = _row(**base, max_err=err, status=f"wrong: max abs error {err:.3g} > {tol:g}")
@@ -248,6 +302,11 @@ def sweep(seqs=SEQS, dims=(64, 128), dtypes=("float16", "bfloat16"), causals=(Fa
     provenance) to write the rows so far after every shape (a run cut short keeps what it measured)."""
     rows = []
     t0 = time.time()
+    if "tutorial" in providers and ON_GPU and (kw.get("device") or "cuda") == "cuda":
+        shapes = [(B, H, S, D, dt, c) for dt in dtypes for D in dims for c in causals for S in seqs
+                  if not tutorial_skip(S, DTYPES[dt], "cuda")]
+        _log(f"compiling the tutorial's configurations at {len(shapes)} shapes ...")
+        _log(f"[{time.time() - t0:6.1f} s] {precompile_tutorial(shapes)} compiled")
     for dtype_name in dtypes:
         for D in dims:
             for causal in causals:
@@ -269,7 +328,13 @@ def live_rows(rounds: int = 3) -> list[dict]:
 TUNE_CONFIGS = tuple(AttentionConfig(*c) for c in (
     (64, 32, 4, 3), (64, 64, 4, 3), (64, 64, 4, 4), (128, 32, 4, 3), (128, 64, 4, 3), (128, 64, 4, 4),
     (128, 64, 8, 3), (128, 128, 8, 2), (128, 128, 8, 3), (128, 32, 8, 4),
+)) + tuple(TmaConfig(*c, False) for c in (  # the tensor-descriptor kernel (Hopper): 2 programs per SM at 128x64x4x2
+    (128, 64, 4, 2), (128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (64, 64, 4, 2), (64, 64, 4, 3),
 ))
+
+
+def _kernel(cfg) -> str:
+    return "tma" if isinstance(cfg, TmaConfig) else "pointer"
 
 
 def tune(S: int = 4096, dims=(64, 128), causals=(False, True), dtype_name: str = "float16", configs=TUNE_CONFIGS,
@@ -283,11 +348,12 @@ def tune(S: int = 4096, dims=(64, 128), causals=(False, True), dtype_name: str =
             q, k, v, heads, idx, ref = _inputs(B, H, S, D, dtype, causal, "cuda", seed=1)
             timed = []
             for cfg in configs:
-                row = {"dtype": dtype_name, "B": B, "H": H, "S": S, "D": D, "causal": int(causal), **cfg._asdict(),
+                row = {"dtype": dtype_name, "B": B, "H": H, "S": S, "D": D, "causal": int(causal), "kernel": _kernel(cfg),
+                       **dict(zip(("block_m", "block_n", "num_warps", "num_stages"), cfg[:4])),
                        "graph_ms": float("nan"), "graph_tflops": float("nan"), "graph_spread": float("nan"),
                        "max_err": float("nan"), "status": "ok"}
                 try:
-                    call = _launcher(attention_plan(q, k, v, causal, config=cfg), q, k, v)
+                    call = _launcher(attention_plan(q, k, v, causal, config=cfg, kernel=_kernel(cfg)), q, k, v)
                     fn = lambda call=call: call(q, k, v)  # noqa: E731
                     err = max_error(fn(), ref, heads, idx)
                     row["max_err"] = float(f"{err:.2e}")
@@ -305,7 +371,7 @@ def tune(S: int = 4096, dims=(64, 128), causals=(False, True), dtype_name: str =
                 ms = median(times)
                 row.update(graph_ms=round(ms, 4), graph_tflops=round(flops(B, H, S, D, causal) / ms / 1e9, 1),
                            graph_spread=round(spread(times), 4))
-                _log(f"  D={D} causal={int(causal)} {row['block_m'], row['block_n'], row['num_warps'], row['num_stages']} "
+                _log(f"  D={D} causal={int(causal)} {row['kernel']} {row['block_m'], row['block_n'], row['num_warps'], row['num_stages']} "
                      f"{row['graph_tflops']} TFLOP/s (spread {row['graph_spread']:.0%})")
             del q, k, v
             _free()
@@ -339,7 +405,7 @@ def main(argv=None) -> int:
     if args.tune:
         rows = tune(rounds=args.rounds)
         for (D, causal), r in sorted(best_configs(rows).items()):
-            print(f"D={D} causal={causal}: best AttentionConfig({r['block_m']}, {r['block_n']}, {r['num_warps']}, "
+            print(f"D={D} causal={causal}: best {r['kernel']} ({r['block_m']}, {r['block_n']}, {r['num_warps']}, "
                   f"{r['num_stages']}) at {r['graph_tflops']} TFLOP/s")
     else:
         quick = dict(seqs=(1024, 4096), dtypes=("float16",)) if args.quick else {}
