@@ -126,6 +126,16 @@ def test_lanes_every_value_tied_and_minus_inf_rows(small_lanes):
     _check(xb, 50, tol=1e-2, fn=sampling.topk_by_lanes)
 
 
+def test_lanes_search_that_stops_early_keeps_only_real_lanes():
+    """Rows shorter than the block: 40 real lanes of 64. No more than STOP lanes from the start, so the
+    search for T stops before its first count (T is the lowest value) and must not take the 24 padding
+    lanes (a logit 0.0 at column 0 each) for candidates: every logit here is negative."""
+    x = -1 - _rand(3, 40, seed=26).abs()
+    assert sampling.lane_plan(*x.shape)["lanes_p2"] == 64 < 128 - 32
+    for k in (1, 40):
+        _check(x, k, fn=sampling.topk_by_lanes)
+
+
 @pytest.mark.parametrize("k", [1, 2, 50, 64])
 def test_lanes_irregular_and_strided_rows(small_lanes, k):
     _check(_rand(3, 1999, seed=23 + k), k, fn=sampling.topk_by_lanes)  # not a multiple of the lanes
@@ -319,7 +329,7 @@ LANE_MERGE = {"out_ptr": "*fp32", "idx_ptr": "*i64", "md_ptr": "*fp32", "lm_ptr"
 K = sampling.candidate_lanes(1)
 plan = sampling.lane_plan(1, 256000, target_programs=1056)
 assert plan["lanes_p2"] == 4096 and plan["merge_warps"] == 8
-lanes = dict(BLOCK=plan["block"], SLICES=plan["slices_p2"], LANES=plan["lanes_p2"], CAP=128, UCAP=sampling.UNCLEAN_LANES,
+lanes = dict(BLOCK=plan["block"], SLICES=plan["slices_p2"], LANES=plan["lanes_p2"], CAP=128, STOP=96, UCAP=sampling.UNCLEAN_LANES,
              RENORM=True, SORT=True)
 for fn, sig, const, warps in [(sampling.lane_slice_kernel, LANE_SLICE, dict(BLOCK=plan["block"]), plan["warps"]),
                               (sampling.lane_merge_kernel, LANE_MERGE, dict(lanes, K=K, MODE=0), plan["merge_warps"]),

@@ -312,6 +312,7 @@ def lane_merge_kernel(
     K: tl.constexpr, BLOCK: tl.constexpr, SLICES: tl.constexpr,
     LANES: tl.constexpr,   # n_slices * BLOCK rounded up to a power of two
     CAP: tl.constexpr,     # candidates the row's buffer holds
+    STOP: tl.constexpr,    # the search for T stops once at most this many lane maxima are >= T
     UCAP: tl.constexpr,    # unclean lanes it reads again; more (or more candidates): the whole row
     MODE: tl.constexpr, RENORM: tl.constexpr, SORT: tl.constexpr,
 ):
@@ -328,25 +329,35 @@ def lane_merge_kernel(
     at = row * n_lanes + lane
     lane_max = tl.load(lm_ptr + at, mask=real, other=0.0)
     u = tl.where(real, ordered_bits(lane_max), -2**31)
-    # T: the k-th largest lane maximum, decided bit by bit from the top (t + 2^31, so the bits are unsigned).
+    # T, decided bit by bit from the top (t + 2^31, so the bits are unsigned): keep a bit if at least k
+    # lanes are >= the value with it set. Stop once at most STOP lanes are >= T (the k-th largest lane
+    # maximum itself, if 32 bits come first): a lower T is as exact, with a few more candidates.
     t = tl.zeros((), tl.int64)
-    for b in range(32):
+    c = tl.full((), LANES, tl.int32)  # lanes >= t (padding included, at first)
+    b = 0
+    while (b < 32) & (c > STOP):
         trial = t | (tl.full((), 1, tl.int64) << (31 - b))
-        t = tl.where(tl.sum((u >= (trial - 2**31).to(tl.int32)).to(tl.int32), 0) >= k, trial, t)
+        c_trial = tl.sum((u >= (trial - 2**31).to(tl.int32)).to(tl.int32), 0)
+        t = tl.where(c_trial >= k, trial, t)
+        c = tl.where(c_trial >= k, c_trial, c)
+        b += 1
     T = (t - 2**31).to(tl.int32)
     # Candidates: the maxima >= T of the clean lanes, packed into the row's buffer (a running count
     # gives each its slot); the unclean lanes (second logit >= T) are listed, to be read again.
     unclean = real & (tl.where(real, ordered_bits(tl.load(lv_ptr + at, mask=real, other=0.0)), -2**31) >= T)
-    keep = (u >= T) & ~unclean
+    keep = real & (u >= T) & ~unclean
     buf = buf_ptr + row * CAP
     ubuf = ubuf_ptr + row * UCAP
-    slot = tl.cumsum(keep.to(tl.int32), 0) - 1
+    # One running count gives both lists their slots: kept lanes in the low 16 bits, unclean in the high.
+    both = tl.cumsum(keep.to(tl.int32) + (unclean.to(tl.int32) << 16), 0)
+    slot = (both & 0xFFFF) - 1
+    uslot = (both >> 16) - 1
     key = topk_keys(lane_max, tl.load(lc_ptr + at, mask=real, other=0).to(tl.int64), n_cols)
     tl.store(buf + slot, key, mask=keep & (slot < CAP))
-    count = tl.sum(keep.to(tl.int32), 0)
-    uslot = tl.cumsum(unclean.to(tl.int32), 0) - 1
     tl.store(ubuf + uslot, lane, mask=unclean & (uslot < UCAP))
-    n_unclean = tl.sum(unclean.to(tl.int32), 0)
+    total = tl.max(both, 0)  # the last running count: both totals
+    count = total & 0xFFFF
+    n_unclean = total >> 16
     tl.debug_barrier()  # the buffers, written by all threads, are read below
     x_row = in_ptr + row * in_row_stride
     if n_unclean <= UCAP:
@@ -421,7 +432,7 @@ def _lanes(rows, K, k, out, idx, scale=1.0, mode=0, u=None, top_p=1.0, renorm=Tr
                               N, plan["slice_len"], S, sl2e, BLOCK=B, num_warps=plan["warps"])
     lane_merge_kernel[(M,)](out, idx, md, lane_max, lane_second, lane_col, buf, ubuf, rows, md if u is None else u,
                             rows.stride(0), rows.stride(1), N, plan["slice_len"], S, sl2e, scale, k, top_p,
-                            K=K, BLOCK=B, SLICES=plan["slices_p2"], LANES=plan["lanes_p2"], CAP=cap,
+                            K=K, BLOCK=B, SLICES=plan["slices_p2"], LANES=plan["lanes_p2"], CAP=cap, STOP=cap - 32,
                             UCAP=UNCLEAN_LANES, MODE=mode, RENORM=renorm, SORT=SORT, num_warps=plan["merge_warps"])
 
 
