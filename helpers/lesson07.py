@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from . import measure, plots
 from .exercises import Wrong, call_attempt, check, guarded, launch_learner_kernel
 from .kernels import attention, naive_attention
+from .kernels.attention import _launcher, attention_plan
 from .mode import DEVICE, INTERPRETER
 
 NEG_INF = float("-inf")
@@ -130,8 +131,9 @@ def plot_tiles(cases=((300, 400, 128, 64, False), (512, 512, 128, 64, True))):
 
 
 def attention_rows(rounds: int = 3, seqs=(1024, 4096), dims=(64, 128), B: int = 4, H: int = 16) -> list[dict]:
-    """On a GPU: fp16, B x H heads of S x D, causal or not; the course, SDPA, its cuDNN backend and naive,
-    each checked against SDPA, its peak memory, then GPU time in ``rounds`` rounds interleaved over them
+    """On a GPU: fp16, B x H heads of S x D, causal or not; the course (on Hopper the tensor-descriptor
+    kernel where tma_config names a tile), its pointer kernel forced (course_pointer), SDPA, its cuDNN
+    backend and naive, each checked against SDPA, its peak memory, then GPU time in ``rounds`` rounds interleaved over them
     (medians and spreads), in the recording's columns (``tools/attention_bench.py`` records the full sweep)."""
     measure.require_gpu("helpers.lesson07.attention_rows()")
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -143,7 +145,10 @@ def attention_rows(rounds: int = 3, seqs=(1024, 4096), dims=(64, 128), B: int = 
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
             return sdpa(q, k, v, causal)
 
-    impl = {"course": attention, "sdpa": sdpa, "sdpa_cudnn": cudnn, "naive": naive_attention}
+    def pointer(q, k, v, causal):
+        return _launcher(attention_plan(q, k, v, causal, kernel="pointer"), q, k, v)(q, k, v)
+
+    impl = {"course": attention, "course_pointer": pointer, "sdpa": sdpa, "sdpa_cudnn": cudnn, "naive": naive_attention}
     rows = []
     for D, causal, S in itertools.product(dims, (False, True), seqs):
         q, k, v = (torch.randn(B, H, S, D, device=DEVICE, dtype=torch.float16) for _ in range(3))

@@ -504,3 +504,33 @@ def test_kernel_compiles_for_an_h100_without_spills(tmp_path):
         assert c["shared"] <= 227 * 1024, c
         assert c["async"] > 0, f"the K/V loads are not pipelined: {c}"
         assert c["spills"] in (0, None), f"register spills: {c}"
+
+
+def test_the_pointer_kernel_spills_at_the_descriptor_kernels_tile(tmp_path):
+    """Why the descriptor kernel exists (lesson 07): at D = 128 and the tile tma_config gives it (4 warps),
+    the pointer kernel, whose K/V loads take a tile of addresses in registers, spills registers when
+    compiled for sm_90a, while the descriptor kernel at the same tile does not."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    if helpers.ON_GPU:
+        pytest.skip("compiles for sm_90a without a GPU")
+    pytest.importorskip("triton.backends.nvidia")
+    tile = list(A.tma_config(torch.float16, 128, False))
+    cases = [["float16", 128, causal, cfg] for causal in (False, True) for cfg in (tile[:4], tile)]
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_DEFAULT_FP_FUSION"] = "1"
+    r = subprocess.run([sys.executable, "-c", _COMPILE, str(ROOT / "helpers" / "kernels" / "attention.py"), str(tmp_path),
+                        json.dumps(cases)], capture_output=True, text=True, env=env, timeout=600)
+    if r.returncode != 0 and ("GPUTarget" in r.stderr or "No module named" in r.stderr):
+        pytest.skip("this Triton cannot compile for a CUDA target here: " + r.stderr.strip().splitlines()[-1])
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    if any(c["spills"] is None for c in got):
+        pytest.skip("no ptxas to count spills with")
+    pointer, tma = [c for c in got if not c["tma"]], [c for c in got if c["tma"]]
+    assert len(pointer) == len(tma) == 2
+    assert all(c["spills"] > 0 for c in pointer), pointer
+    assert all(c["spills"] == 0 for c in tma), tma

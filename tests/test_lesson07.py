@@ -193,7 +193,7 @@ def _rounds_timer():
 
 @pytest.mark.skipif(helpers.ON_GPU, reason="the live sweep with its GPU faked, for machines without a GPU")
 def test_the_measured_cells_run_on_the_live_rows(capsys, monkeypatch):
-    """What the live cell gives (lesson07.attention_rows: fp16, the course, SDPA, cuDNN and naive, with
+    """What the live cell gives (lesson07.attention_rows: fp16, the course, its pointer kernel, SDPA, cuDNN and naive, with
     spreads), its GPU timer and memory counter faked: the cells after it must run on it, mark the noisy
     cells, and survive a provider this GPU refuses (cuDNN on a CPU tensor: no such column, so no fraction
     of cuDNN)."""
@@ -202,18 +202,18 @@ def test_the_measured_cells_run_on_the_live_rows(capsys, monkeypatch):
     monkeypatch.setattr(measure, "gpu_ms", lambda fn: timer(fn)[1])
     monkeypatch.setattr(measure, "peak_mib", lambda fn: 0.5)
     rows = lesson07.attention_rows(rounds=5, seqs=(32, 48), dims=(16,), B=1, H=2)
-    assert len(calls) == 2 * 2 * 3 * 5  # (causal or not) x 2 S, 3 providers that run on a CPU, 5 rounds each
+    assert len(calls) == 2 * 2 * 4 * 5  # (causal or not) x 2 S, 4 providers that run on a CPU, 5 rounds each
     by = {(r["causal"], r["S"], r["provider"]): r for r in rows}
     assert by[(0, 32, "sdpa_cudnn")]["status"].startswith("refused") and by[(0, 32, "course")]["status"] == "ok"
     assert by[(1, 48, "naive")]["graph_ms"] == 1.0 and by[(1, 48, "naive")]["graph_spread"] == pytest.approx(0.5)
     assert by[(0, 32, "course")]["graph_tflops"] == pytest.approx(4 * 2 * 32 * 32 * 16 / 1e-3 / 1e12)
     for r in rows:  # the live sweep's lengths, 1K and 4K (S >= 4K selects the second), and made-up speeds
-        r["S"], r["graph_tflops"] = {32: 1024, 48: 4096}[r["S"]], {"course": 3.0, "sdpa": 4.0, "naive": 1.0}.get(r["provider"])
+        r["S"], r["graph_tflops"] = {32: 1024, 48: 4096}[r["S"]], {"course": 3.0, "course_pointer": 2.4, "sdpa": 4.0, "naive": 1.0}.get(r["provider"])
     att = data.frame(rows, gpu_data.provenance("test"))
     ns = _run_cells('ok = att.query("status', "fp16 = tf.loc", "long = tf.query", "clean = share.where",
                     'nv = ok.query("provider', "(tf.course / tf.naive)", 'mib = ok.query("dtype', att=att)
     assert ns["noisy"].loc["float16"].values.any()  # a 50% spread in every graph timing: all marked
-    assert set(ns["providers"]) == {"course", "sdpa", "naive"}
+    assert set(ns["providers"]) == {"course", "course_pointer", "sdpa", "naive"}
     share = ns["share"]
     assert len(share) == 2 and share["of cuDNN"].isna().all() and (share["of the fastest SDPA"] == 0.75).all()
     assert ns["share_noisy"]["of the fastest SDPA"].all()
@@ -236,7 +236,7 @@ def test_attention_rows_does_not_time_a_wrong_provider(monkeypatch):
     rows = lesson07.attention_rows(rounds=1, seqs=(24,), dims=(16,), B=1, H=1)
     course = [r for r in rows if r["provider"] == "course"]
     assert all(r["status"].startswith("wrong: max abs error") and math.isnan(r["graph_ms"]) for r in course)
-    assert len(timed) == 2 * (3 if helpers.ON_GPU else 2)  # SDPA and naive (and cuDNN on a GPU), causal or not
+    assert len(timed) == 2 * (4 if helpers.ON_GPU else 3)  # pointer, SDPA, naive (and cuDNN on a GPU), causal or not
 
 
 # --- The benchmark's logic, on the CPU with a stand-in timer ----------------------------------
@@ -261,6 +261,9 @@ def test_measure_shape_rows_on_the_cpu():
         assert r["tflops"] == pytest.approx(f / 2e-3 / 1e12) and r["graph_tflops"] == pytest.approx(f / 1e-3 / 1e12)
     for p in ("sdpa_cudnn", "sdpa_efficient"):  # no such backend for CPU tensors
         assert by[p]["status"].startswith("refused:") and math.isnan(by[p]["ms"])
+    assert by["course_pointer"]["status"] == "ok"  # the pointer kernel, forced: the interpreter's kernel anyway
+    assert by["tutorial"]["status"].startswith("skipped: the tutorial's forward needs a Hopper GPU") and math.isnan(by["tutorial"]["ms"])
+    assert AB.tutorial_skip(1024, torch.float32, "cpu").startswith("skipped: the tutorial's forward takes 16-bit")
 
 
 def test_a_wrong_provider_is_not_timed(monkeypatch):

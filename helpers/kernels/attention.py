@@ -213,13 +213,14 @@ class TmaConfig(NamedTuple):
 
 
 def attention_config(dtype, head_dim, interpreter=INTERPRETER):
-    """The tile sizes. On a GPU in 16-bit types: 128 query rows and 64 keys, 8 warps, 3 stages, the
-    fastest of the ten candidates of TUNE_CONFIGS in tools/attention_bench.py at S = 4096, or within a
-    percent of it, for every head dim and mask on the H100 and on the H200
-    (figures/data/attention_tune_<gpu>.csv). In fp32, whose exact ("ieee") tl.dot runs without tensor
-    cores and needs far more registers, small tiles. In the interpreter, small tiles too, so that
-    short sequences still loop over several blocks. (Compiled for an H100 by Triton 3.9, none of the
-    GPU configurations spills registers: tests/test_attention.py checks it without a GPU.)"""
+    """The tile sizes of attention_fwd_kernel (the pointer kernel). On a GPU in 16-bit types: 128
+    query rows and 64 keys, 8 warps, 3 stages, the fastest of the ten pointer-kernel candidates of
+    TUNE_CONFIGS in tools/attention_bench.py at S = 4096 for every head dim and mask on the H100
+    (figures/data/attention_tune_h100.csv; on Hopper at D = 128, tma_config's kernel runs instead). In
+    fp32, whose exact ("ieee") tl.dot runs without tensor cores and needs far more registers, small
+    tiles. In the interpreter, small tiles too, so that short sequences still loop over several
+    blocks. (Compiled for an H100 by Triton 3.9, none of the GPU configurations spills registers:
+    tests/test_attention.py checks it without a GPU.)"""
     if interpreter:
         return AttentionConfig(32, 16, 4, 1)
     if dtype == torch.float32:
@@ -229,15 +230,16 @@ def attention_config(dtype, head_dim, interpreter=INTERPRETER):
 
 def tma_config(dtype, head_dim, causal):
     """The kernel and tiles attention() uses on a Hopper GPU for 16-bit inputs, by head dim and mask:
-    a TmaConfig for attention_fwd_tma_kernel, or None where attention_fwd_kernel was as fast or faster.
-    At D = 128: 128 query rows, 64 keys, 4 warps, 2 stages. That program needs 96 KiB of shared memory
-    and at most 255 registers per thread, so two of them share an SM and one's softmax overlaps the
-    other's matrix products. The pointer kernel cannot use that tile: its K/V addresses take registers,
-    and at 4 warps it spills (255 registers and 536-572 bytes of spills, ptxas for sm_90a). Measured on
-    the H100 (figures/data/bench_runs/attention_tiles_h100.csv, attention_tma_tiles_h100.csv; GPU time,
-    B = 4, H = 16, S = 4K and 16K, fp16 and bf16): 0.86-0.97 of cuDNN against 0.78-0.87 for the pointer
-    kernel's fastest tile (128, 64, 8, 3), and 0.94-1.16 of the Triton tutorial's autotuned forward. Not
-    yet measured on the H200. At D = 64 the pointer kernel keeps its tile (0.87-0.94 of cuDNN)."""
+    a TmaConfig for attention_fwd_tma_kernel, or None for attention_fwd_kernel at attention_config's
+    tile. Chosen by the tuner (tools/attention_bench.py --tune: ten pointer and six descriptor tiles,
+    S = 4096, fp16, H100; figures/data/attention_tune_h100.csv). At D = 128: 128 query rows, 64 keys,
+    4 warps, 2 stages, the fastest of the 16 candidates causal or not. That program needs 96 KiB of
+    shared memory and at most 255 registers a thread, so two of them share an SM and one's softmax
+    overlaps the other's matrix products; the pointer kernel spills at 4 warps (its K/V addresses take
+    registers). At D = 64 the pointer kernel's tile ties with the descriptor kernel's fastest, and the
+    pointer kernel stays. The sweep on the H100 and the H200 (figures/data/attention_<gpu>.csv, S = 4K
+    to 16K, fp16 and bf16, shapes the tuner did not see) keeps the choice: at D = 128 the descriptor
+    kernel runs 1.08-1.20x as fast as the pointer kernel. Lesson 07 derives these numbers."""
     return _TMA_CONFIGS[head_dim >= 128, causal]
 
 
