@@ -4,6 +4,8 @@ interpreter every program runs in Python."""
 
 from __future__ import annotations
 
+import functools
+
 import helpers  # noqa: F401  (first: interpreter or GPU)
 import pytest
 import torch
@@ -98,8 +100,10 @@ def test_softmax_topk_compiled_merge_path_under_the_interpreter(monkeypatch):
 
 @pytest.fixture
 def small_lanes(monkeypatch):
-    """Lanes of 64 columns, so that a short row gives each lane many logits (rows of 2000: 16 a lane)."""
+    """Lanes of 64 columns and 4 programs a launch (as on the CPU, also on a GPU), so that a short row
+    gives each lane many logits (rows of 2000: 16 a lane)."""
     monkeypatch.setattr(sampling, "LANE_BLOCK", 64)
+    monkeypatch.setattr(sampling, "lane_plan", functools.partial(sampling.lane_plan, target_programs=4))
     assert sampling.lane_plan(2, 2000)["slice_len"] // 64 == 16
 
 
@@ -127,13 +131,26 @@ def test_lanes_every_value_tied_and_minus_inf_rows(small_lanes):
 
 
 def test_lanes_search_that_stops_early_keeps_only_real_lanes():
-    """Rows shorter than the block: 40 real lanes of 64. No more than STOP lanes from the start, so the
-    search for T stops before its first count (T is the lowest value) and must not take the 24 padding
-    lanes (a logit 0.0 at column 0 each) for candidates: every logit here is negative."""
+    """Rows shorter than the block: 40 real lanes of 64. No more lanes than where the search for T stops
+    (half the candidate buffer, 64), so it stops before its first count (T is the lowest value) and must
+    not take the 24 padding lanes (a logit 0.0 at column 0 each) for candidates: every logit is negative."""
     x = -1 - _rand(3, 40, seed=26).abs()
-    assert sampling.lane_plan(*x.shape)["lanes_p2"] == 64 < 128 - 32
+    assert sampling.lane_plan(*x.shape)["lanes_p2"] == 64
     for k in (1, 40):
         _check(x, k, fn=sampling.topk_by_lanes)
+
+
+def test_lanes_whole_row_fallback_is_sorted_on_the_compiled_path(monkeypatch, small_lanes):
+    """More candidates than the buffer holds (large logits in 48 of every 64 lanes, so dozens of unclean
+    lanes) send the row through the per-block merge. Its compiled branch (SORT: tl.topk for a block with
+    many winners, the winners loop for a few, both interpreted here) keeps its candidates in no order once
+    the last block's three winners replace the weakest: they must be sorted before they are stored."""
+    monkeypatch.setattr(sampling, "SORT", True)
+    x = _rand(2, 2000, seed=20)
+    cols = torch.arange(2000, device=DEVICE)
+    x[:, cols % 64 < 48] = 100 - cols[cols % 64 < 48] / 100  # decreasing: later blocks have no winner
+    x[:, 1990:1993] = torch.tensor([200.0, 201.0, 202.0], device=DEVICE)  # but the last block has three
+    _check(x, 20, fn=sampling.topk_by_lanes)
 
 
 @pytest.mark.parametrize("k", [1, 2, 50, 64])
@@ -325,11 +342,11 @@ LANE_SLICE = {"md_ptr": "*fp32", "lm_ptr": "*fp32", "lv_ptr": "*fp32", "lc_ptr":
 LANE_MERGE = {"out_ptr": "*fp32", "idx_ptr": "*i64", "md_ptr": "*fp32", "lm_ptr": "*fp32", "lv_ptr": "*fp32",
               "lc_ptr": "*i32", "buf_ptr": "*i64", "ubuf_ptr": "*i32", "in_ptr": "*bf16", "u_ptr": "*fp32",
               "in_row_stride": "i32", "in_col_stride": "i32", "n_cols": "i32", "slice_len": "i32", "n_slices": "i32",
-              "sl2e": "fp32", "scale": "fp32", "k": "i32", "top_p": "fp32"}
+              "sl2e": "fp32", "scale": "fp32", "k": "i32", "top_p": "fp32", "stop": "i32"}
 K = sampling.candidate_lanes(1)
 plan = sampling.lane_plan(1, 256000, target_programs=1056)
 assert plan["lanes_p2"] == 4096 and plan["merge_warps"] == 8
-lanes = dict(BLOCK=plan["block"], SLICES=plan["slices_p2"], LANES=plan["lanes_p2"], CAP=128, STOP=96, UCAP=sampling.UNCLEAN_LANES,
+lanes = dict(BLOCK=plan["block"], SLICES=plan["slices_p2"], LANES=plan["lanes_p2"], CAP=128, UCAP=sampling.UNCLEAN_LANES,
              RENORM=True, SORT=True)
 for fn, sig, const, warps in [(sampling.lane_slice_kernel, LANE_SLICE, dict(BLOCK=plan["block"]), plan["warps"]),
                               (sampling.lane_merge_kernel, LANE_MERGE, dict(lanes, K=K, MODE=0), plan["merge_warps"]),

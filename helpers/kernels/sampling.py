@@ -309,10 +309,10 @@ def lane_merge_kernel(
     out_ptr, idx_ptr, md_ptr, lm_ptr, lv_ptr, lc_ptr, buf_ptr, ubuf_ptr, in_ptr, u_ptr,
     in_row_stride, in_col_stride,
     n_cols, slice_len, n_slices, sl2e, scale, k, top_p,
+    stop,                  # the search for T stops once at most this many lane maxima are >= T
     K: tl.constexpr, BLOCK: tl.constexpr, SLICES: tl.constexpr,
     LANES: tl.constexpr,   # n_slices * BLOCK rounded up to a power of two
     CAP: tl.constexpr,     # candidates the row's buffer holds
-    STOP: tl.constexpr,    # the search for T stops once at most this many lane maxima are >= T
     UCAP: tl.constexpr,    # unclean lanes it reads again; more (or more candidates): the whole row
     MODE: tl.constexpr, RENORM: tl.constexpr, SORT: tl.constexpr,
 ):
@@ -330,12 +330,12 @@ def lane_merge_kernel(
     lane_max = tl.load(lm_ptr + at, mask=real, other=0.0)
     u = tl.where(real, ordered_bits(lane_max), -2**31)
     # T, decided bit by bit from the top (t + 2^31, so the bits are unsigned): keep a bit if at least k
-    # lanes are >= the value with it set. Stop once at most STOP lanes are >= T (the k-th largest lane
+    # lanes are >= the value with it set. Stop once at most `stop` lanes are >= T (the k-th largest lane
     # maximum itself, if 32 bits come first): a lower T is as exact, with a few more candidates.
     t = tl.zeros((), tl.int64)
     c = tl.full((), LANES, tl.int32)  # lanes >= t (padding included, at first)
     b = 0
-    while (b < 32) & (c > STOP):
+    while (b < 32) & (c > stop):
         trial = t | (tl.full((), 1, tl.int64) << (31 - b))
         c_trial = tl.sum((u >= (trial - 2**31).to(tl.int32)).to(tl.int32), 0)
         t = tl.where(c_trial >= k, trial, t)
@@ -384,6 +384,7 @@ def lane_merge_kernel(
             cols = off + cols0
             x = tl.load(x_row + cols * in_col_stride, mask=cols < n_cols, other=-float("inf")).to(tl.float32)
             top = merge_top(top, topk_keys(x, cols, n_cols), K, 256, SORT)
+        top = sorted_top(top, K, K, SORT)  # merge_top keeps its K candidates in no order
     v = key_value(top)
     col = key_column(top)
     lane = tl.arange(0, K)
@@ -432,7 +433,8 @@ def _lanes(rows, K, k, out, idx, scale=1.0, mode=0, u=None, top_p=1.0, renorm=Tr
                               N, plan["slice_len"], S, sl2e, BLOCK=B, num_warps=plan["warps"])
     lane_merge_kernel[(M,)](out, idx, md, lane_max, lane_second, lane_col, buf, ubuf, rows, md if u is None else u,
                             rows.stride(0), rows.stride(1), N, plan["slice_len"], S, sl2e, scale, k, top_p,
-                            K=K, BLOCK=B, SLICES=plan["slices_p2"], LANES=plan["lanes_p2"], CAP=cap, STOP=cap - 32,
+                            max(cap // 2, k + 16),  # stop: half the buffer stays free for unclean lanes' logits
+                            K=K, BLOCK=B, SLICES=plan["slices_p2"], LANES=plan["lanes_p2"], CAP=cap,
                             UCAP=UNCLEAN_LANES, MODE=mode, RENORM=renorm, SORT=SORT, num_warps=plan["merge_warps"])
 
 
