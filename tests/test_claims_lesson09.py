@@ -100,13 +100,37 @@ def test_the_merge_not_the_read_limits_the_design():
     assert (big.course_softmax_topk - big.one_read).between(20, 60).all()  # "a few tens of microseconds above the read"
     quotes(text, f"At 64 rows of 32000 one read takes {small.one_read['float32']:.1f} µs in float32 and "
                  f"`softmax_topk` {small.course_softmax_topk['float32']:.1f} µs", "{}")
-    assert small.one_read["float32"] < 0.1 * small.course_softmax_topk["float32"]  # "nearly all of it is the merge"
+    assert small.one_read["float32"] < 0.2 * small.course_softmax_topk["float32"]  # "most of it is the merge kernel"
 
 
 def test_the_benchmark_derivations_are_in_sight():
     assert "topk_ratio[topk_ratio < 1]" in code_cell_with("09", "sample_ratio = ")
     assert "frac.index[course > peer]" in code_cell_with("09", "peer = frac")
-    assert not data.noisy(_bench()[["graph_spread"]]).to_numpy().any()  # no cell's rounds spread over 10%
+
+
+def test_no_quoted_range_ends_on_a_noisy_cell():
+    """The prose's ranges never rest on a cell whose rounds spread over 10%: at both ends of each range,
+    every provider the number comes from is quiet. The noisy cells it counts are the tables' `*`."""
+    b = _bench()
+    spread = b.pivot_table(index=["dtype", "M", "N"], columns="provider", values="graph_spread")
+    us = _few_us()
+    many = b.query("M >= 64").pivot_table(index=["dtype", "M", "N"], columns="provider", values="frac_of_one_read")
+    ranges = [
+        (us.course_softmax_topk, ["course_softmax_topk"]),
+        (us[["torch_softmax_topk", "compile_softmax_topk"]].min(axis=1) / us.course_softmax_topk, TOPK),
+        (us.course_sample, ["course_sample"]),
+        (us[["torch_hf_sample", "compile_hf_sample"]].min(axis=1) / us.course_sample,
+         ["course_sample", "torch_hf_sample", "compile_hf_sample"]),
+        (us["copy"], ["copy"]), (us.course_topk_per_program, ["course_topk_per_program"]),
+        (many.course_softmax_topk, ["course_softmax_topk", "copy"]), (many.course_sample, ["course_sample", "copy"]),
+        (many.course_softmax_topk / many.course_topk_per_program, ["course_softmax_topk", "course_topk_per_program"]),
+    ]
+    for values, providers in ranges:
+        for at in (values.idxmin(), values.idxmax()):
+            assert (spread.loc[at, providers].fillna(0) <= 0.10).all(), (at, providers)
+    few_noisy = int(data.noisy(spread.loc[us.index]).to_numpy().sum())
+    quotes(cell_with("09", FEW), f"The rounds of {few_noisy} cells spread over 10% (marked `*`)", "{}")
+    assert not data.noisy(spread.loc[many.index]).to_numpy().any()  # at M >= 64, none
 
 
 def test_many_rows_sample_against_the_hugging_face_chain():
@@ -148,3 +172,49 @@ def test_the_first_designs_bfloat16_is_no_faster():
         index=["M", "N"], columns="dtype", values="graph_us")
     assert (first.bfloat16 >= 0.95 * first.float32).all()  # "half the bytes, is no faster than float32"
     assert "half the bytes, is no faster than float32" in cell_with("09", "What bounds a one-pass kernel")
+
+
+def test_the_h200_paragraph():
+    import pandas as pd
+
+    both = {"h100": _bench(), "h200": data.load("sampling", gpu="h200")}
+    h200 = both["h200"].query("M >= 64 and provider == 'course_softmax_topk'").frac_of_one_read
+    text = cell_with("09", "On the H200 `softmax_topk` reaches")
+    quotes(text, f"reaches {h200.min():.3f} to {h200.max():.3f} of one read", "{}")
+    big = pd.concat({gpu: b.query("M == 256 and N == 256000").pivot_table(index="dtype", columns="provider",
+                                                                           values="graph_us")[["copy", "course_softmax_topk"]]
+                     for gpu, b in both.items()}, axis=1)
+    up = (big["h100"] / big["h200"]).round(2)
+    assert up["copy"]["float32"] == up["copy"]["bfloat16"]  # "in both types"
+    quotes(text, f"Its copy is {up['copy']['float32']:.2f} times as fast", "{}")
+    quotes(text, f"only {up.course_softmax_topk['float32']:.2f} times in float32 and "
+                 f"{up.course_softmax_topk['bfloat16']:.2f} times in bfloat16", "{}")
+    assert "(big_us[\"h100\"] / big_us[\"h200\"]).round(2)" in code_cell_with("09", "h200 = data.load(")
+
+
+def test_the_search_for_t_counts():
+    """The kernel's search, replayed in the lesson's cell on the same rows: the counts, the lane maxima
+    above T and the unclean lanes the paragraph quotes."""
+    import math
+
+    import torch
+    from helpers.kernels.sampling import LANE_PROGRAMS_PER_SM, lane_plan
+
+    ns = {"torch": torch, "math": math}
+    exec(code_cell_with("09", "def unclean_lanes(").split("\n\nrandom_rows =")[0], ns)
+    exec(code_cell_with("09", "def search(m, k=50, stop=64):").split("\n\nfor M in")[0], ns)
+    rows = torch.randn(32, 256000, generator=torch.Generator().manual_seed(0)) * 3
+    got = []
+    for M in (64, 256):
+        m, second = ns["lane_tops"](rows, lane_plan(M, 256000, target_programs=132 * LANE_PROGRAMS_PER_SM))
+        t, above, counts = ns["search"](m)
+        unclean = (ns["ordered"](second) >= t[:, None]).sum(-1).double()
+        got.append((counts.double().mean(), counts.max(), above.double().mean(), unclean.mean(), unclean.max(),
+                    ns["unclean_lanes"](rows, lane_plan(M, 256000, target_programs=132 * LANE_PROGRAMS_PER_SM)).mean()))
+    text = cell_with("09", "About 13 counts a row instead of 32")
+    assert all(round(float(g[0]), 1) == round(float(got[0][0]), 1) for g in got)  # "at 64 and at 256 rows"
+    quotes(text, f"({got[0][0]:.1f} on average, at most {max(g[1] for g in got)}, at 64 and at 256 rows)", "{}")
+    quotes(text, f"for {got[0][2]:.0f} and {got[1][2]:.0f} lane maxima", "{}")
+    quotes(text, f"{got[0][3]:.2f} and {got[1][3]:.2f} a row instead of {got[0][5]:.2f} and {got[1][5]:.2f}, "
+                 f"at most {got[0][4]:.0f} and {got[1][4]:.0f}", "{}")
+    assert round(float(got[0][0])) == 13 and max(g[2] for g in got) < 64  # "About 13", "never close to full"
