@@ -469,15 +469,28 @@ print(json.dumps(out))
 '''
 
 
-def test_kernel_compiles_for_an_h100_without_spills(tmp_path):
-    """The configurations attention_config and tma_config give a GPU, compiled for sm_90 by this
-    Triton (no GPU needed): the K/V loads are pipelined (asynchronous copies, or TMA copies in the
-    descriptor kernel), shared memory fits an H100's 227 KiB, and ptxas reports no register spills."""
+def _compile_for_sm90(cases, tmp_path):
+    """_COMPILE's report on each case, compiled for sm_90a by the installed Triton in a fresh process
+    (no interpreter); skips where this Triton has no CUDA target."""
     import json
     import os
     import subprocess
     import sys
 
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_DEFAULT_FP_FUSION"] = "1"
+    r = subprocess.run([sys.executable, "-c", _COMPILE, str(ROOT / "helpers" / "kernels" / "attention.py"), str(tmp_path),
+                        json.dumps(cases)], capture_output=True, text=True, env=env, timeout=600)
+    if r.returncode != 0 and ("GPUTarget" in r.stderr or "No module named" in r.stderr):
+        pytest.skip("this Triton cannot compile for a CUDA target here: " + r.stderr.strip().splitlines()[-1])
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_kernel_compiles_for_an_h100_without_spills(tmp_path):
+    """The configurations attention_config and tma_config give a GPU, compiled for sm_90 by this
+    Triton (no GPU needed): the K/V loads are pipelined (asynchronous copies, or TMA copies in the
+    descriptor kernel), shared memory fits an H100's 227 KiB, and ptxas reports no register spills."""
     if helpers.ON_GPU:
         pytest.skip("on a GPU every other test compiles the kernel for real")
     pytest.importorskip("triton.backends.nvidia")
@@ -493,14 +506,7 @@ def test_kernel_compiles_for_an_h100_without_spills(tmp_path):
                 if tma is not None:
                     cases.append([str(dt).replace("torch.", ""), d, causal, list(tma)])
     assert any(len(c[3]) == 5 for c in cases)
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["TRITON_DEFAULT_FP_FUSION"] = "1"
-    r = subprocess.run([sys.executable, "-c", _COMPILE, str(ROOT / "helpers" / "kernels" / "attention.py"), str(tmp_path),
-                        json.dumps(cases)], capture_output=True, text=True, env=env, timeout=600)
-    if r.returncode != 0 and ("GPUTarget" in r.stderr or "No module named" in r.stderr):
-        pytest.skip("this Triton cannot compile for a CUDA target here: " + r.stderr.strip().splitlines()[-1])
-    assert r.returncode == 0, r.stderr[-3000:]
-    for c in json.loads(r.stdout.strip().splitlines()[-1]):
+    for c in _compile_for_sm90(cases, tmp_path):
         assert c["shared"] <= 227 * 1024, c
         assert c["async"] > 0, f"the K/V loads are not pipelined: {c}"
         assert c["spills"] in (0, None), f"register spills: {c}"
@@ -510,24 +516,12 @@ def test_the_pointer_kernel_spills_at_the_descriptor_kernels_tile(tmp_path):
     """Why the descriptor kernel exists (lesson 07): at D = 128 and the tile tma_config gives it (4 warps),
     the pointer kernel, whose K/V loads take a tile of addresses in registers, spills registers when
     compiled for sm_90a, while the descriptor kernel at the same tile does not."""
-    import json
-    import os
-    import subprocess
-    import sys
-
     if helpers.ON_GPU:
         pytest.skip("compiles for sm_90a without a GPU")
     pytest.importorskip("triton.backends.nvidia")
     tile = list(A.tma_config(torch.float16, 128, False))
     cases = [["float16", 128, causal, cfg] for causal in (False, True) for cfg in (tile[:4], tile)]
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["TRITON_DEFAULT_FP_FUSION"] = "1"
-    r = subprocess.run([sys.executable, "-c", _COMPILE, str(ROOT / "helpers" / "kernels" / "attention.py"), str(tmp_path),
-                        json.dumps(cases)], capture_output=True, text=True, env=env, timeout=600)
-    if r.returncode != 0 and ("GPUTarget" in r.stderr or "No module named" in r.stderr):
-        pytest.skip("this Triton cannot compile for a CUDA target here: " + r.stderr.strip().splitlines()[-1])
-    assert r.returncode == 0, r.stderr[-3000:]
-    got = json.loads(r.stdout.strip().splitlines()[-1])
+    got = _compile_for_sm90(cases, tmp_path)
     if any(c["spills"] is None for c in got):
         pytest.skip("no ptxas to count spills with")
     pointer, tma = [c for c in got if not c["tma"]], [c for c in got if c["tma"]]
