@@ -206,11 +206,12 @@ def test_the_search_for_t_counts():
     rows = torch.randn(32, 256000, generator=torch.Generator().manual_seed(0)) * 3
     got = []
     for M in (64, 256):
-        m, second = ns["lane_tops"](rows, lane_plan(M, 256000, target_programs=132 * LANE_PROGRAMS_PER_SM))
+        plan = lane_plan(M, 256000, target_programs=132 * LANE_PROGRAMS_PER_SM)
+        m, second = ns["lane_tops"](rows, plan)
         t, above, counts = ns["search"](m)
         unclean = (ns["ordered"](second) >= t[:, None]).sum(-1).double()
         got.append((counts.double().mean(), counts.max(), above.double().mean(), unclean.mean(), unclean.max(),
-                    ns["unclean_lanes"](rows, lane_plan(M, 256000, target_programs=132 * LANE_PROGRAMS_PER_SM)).mean()))
+                    ns["unclean_lanes"](rows, plan).mean()))
     text = cell_with("09", "About 13 counts a row instead of 32")
     assert all(round(float(g[0]), 1) == round(float(got[0][0]), 1) for g in got)  # "at 64 and at 256 rows"
     quotes(text, f"({got[0][0]:.1f} on average, at most {max(g[1] for g in got)}, at 64 and at 256 rows)", "{}")
