@@ -9,7 +9,7 @@ from helpers.checks import check_tensor
 from helpers.device import compiled_occupancy
 from helpers.launch import (IN, IN2, OUT, WS, Launch, Plan, RowSoftmax2, acc_dtype, check_block_size,
                             check_positive_int)
-from helpers.kernels.split import MAX_SPIN, count_in_and_wait, resident_rows_per_round  # lesson 06's wait
+from helpers.kernels.split import MAX_SPIN, resident_rows_per_round, wait_for_row  # lesson 06's wait
 from helpers.mode import ON_GPU
 
 
@@ -81,9 +81,8 @@ def softmax_backward_coop_kernel(
     # Lesson 06's cooperative split with a dot in place of the (m, d) pair: program p owns slice
     # p % n_slices of one row per round, publishes the slice's part of the row dot, waits for the other
     # slices of its row, then writes dx from the y and dy it still holds. The workspace (int32, zeroed)
-    # holds the partial dots as float32, then a counter per row.
-    dots_ptr = ws_ptr.to(tl.pointer_type(tl.float32))
-    count_ptr = ws_ptr + n_rows * n_slices
+    # holds one 64-bit word per slice: the partial dot's float32 bits low, 1 high (so never 0).
+    words_ptr = ws_ptr.to(tl.pointer_type(tl.int64))
     pid = tl.program_id(0)
     s = pid % n_slices
     cols = s * SLICE + tl.arange(0, SLICE)
@@ -95,15 +94,17 @@ def softmax_backward_coop_kernel(
     for _ in range(0, tl.cdiv(n_rows, rows_per_round)):
         valid = row < n_rows
         live = cols < tl.where(valid, n_cols, 0)
-        tl.store(dots_ptr + row * n_slices + s, tl.sum(y * dy, axis=0), mask=valid)
+        part = tl.sum(y * dy, axis=0)
+        word = (part.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF) | 0x100000000
+        tl.atomic_xchg(words_ptr + row * n_slices + s, word, mask=valid, sem="relaxed", scope="gpu")
         # Next round's slices start loading now, while this row's slices are awaited.
         next_row = row + rows_per_round
         next_live = cols < tl.where(next_row < n_rows, n_cols, 0)
         y_next = tl.load(y_ptr + next_row * y_row_stride + cols * y_col_stride, mask=next_live, other=0.0)
         dy_next = tl.load(dy_ptr + next_row * dy_row_stride + cols * dy_col_stride, mask=next_live, other=0.0)
-        spins = count_in_and_wait(count_ptr + row, valid, n_slices, MAX_SPIN)  # lesson 06's wait
-        parts = tl.load(dots_ptr + row * n_slices + k, mask=k < tl.where(valid, n_slices, 0), other=0.0,
-                        volatile=True)
+        # lesson 06's wait (a slot past the row's slices reads as a dot of 0)
+        w, spins = wait_for_row(words_ptr + row * n_slices, k, tl.where(valid, n_slices, 0), 0x100000000, MAX_SPIN)
+        parts = (w & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
         # A safety net a correct launch never uses: a program that gave up waiting makes its slice of the
         # row NaN, loud rather than silently wrong. (Lesson 06 re-reads the row instead; here that loop, or
         # even a branch with an atomic, costs registers, and with them programs, in every launch.)
@@ -182,9 +183,9 @@ def backward_looped_plan(rows, block_size=None):
 
 
 def backward_coop_config(element_size):
-    """(columns per program, warps): 16 KiB of y and of dy per program, 32 columns of each per thread."""
-    slice_cols = 16384 // element_size
-    return slice_cols, slice_cols // 1024
+    """(columns per program, warps): 4096 columns of y and of dy per program (16 KiB each in float32, 8 KiB in
+    bfloat16), 32 columns of each per thread."""
+    return 4096, 4
 
 
 def backward_coop_plan(rows, slice_cols=None, num_warps=None):
@@ -217,9 +218,8 @@ def backward_coop_plan(rows, slice_cols=None, num_warps=None):
     return Plan(
         [Launch(softmax_backward_coop_kernel, grid=(rows_per_round * n_slices,), ptrs=(OUT, IN, IN2, WS[0]),
                 args=args + (rows_per_round,), constexprs=constexprs, num_warps=num_warps, cooperative=True)],
-        # fresh and zeroed on every call: the partial dots, then a counter per row
-        workspace=lambda rows: (torch.zeros(rows.n_rows * n_slices + rows.n_rows, dtype=torch.int32,
-                                            device=rows.device),),
+        # fresh and zeroed on every call: a 64-bit word per slice (its partial dot)
+        workspace=lambda rows: (torch.zeros(2 * rows.n_rows * n_slices, dtype=torch.int32, device=rows.device),),
         fallback=softmax_backward_looped,  # if the driver still refuses the grid
         info={**info, "slices": n_slices, "slice_cols": slice_cols, "rows_per_round": rows_per_round},
     )

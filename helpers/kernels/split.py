@@ -118,17 +118,16 @@ def softmax_split(x, slices=None, block_size=None):
 
 
 @triton.jit
-def count_in_and_wait(counter_ptr, valid, n_slices, MAX_SPIN: tl.constexpr):
-    # Add this slice to its row's counter (release: the slice's published result is visible first), then
-    # poll the counter (acquire) until all n_slices are in, or MAX_SPIN polls have passed. Returns the
-    # polls made: MAX_SPIN means the wait gave up. A program past the last row (not valid) does not wait.
-    seen = tl.atomic_add(counter_ptr, 1, mask=valid, sem="acq_rel", scope="gpu") + 1
-    seen = tl.where(valid, seen, n_slices)
+def wait_for_row(row_words_ptr, k, n_live, empty, MAX_SPIN: tl.constexpr):
+    # Poll the first n_live of a row's slots (one 64-bit word per slice, the workspace starts zeroed,
+    # a published word is never 0) until none is 0, or MAX_SPIN polls have passed. Returns (the words,
+    # polls made): MAX_SPIN polls means the wait gave up. Slots at k >= n_live read as `empty`.
+    w = tl.load(row_words_ptr + k, mask=k < n_live, other=empty, volatile=True)
     spins = 0
-    while (seen < n_slices) & (spins < MAX_SPIN):
-        seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
+    while (tl.min(tl.where(w == 0, 0, 1), axis=0) == 0) & (spins < MAX_SPIN):
+        w = tl.load(row_words_ptr + k, mask=k < n_live, other=empty, volatile=True)
         spins += 1
-    return spins
+    return w, spins
 
 
 @triton.jit
@@ -142,11 +141,11 @@ def softmax_split_coop_kernel(
 ):
     # Program p owns slice p % n_slices of one row per round; all programs are resident at once
     # (the grid is sized from the compiled kernel's occupancy), so waiting for the other slices of
-    # the same row cannot deadlock. The workspace (int32, zeroed) holds the (m, d) pairs as float32,
-    # then a counter per row of the slices published, then a count of the programs that gave up
+    # the same row cannot deadlock. The workspace (int32, zeroed) holds one 64-bit word per slice,
+    # its (m, d) pair (m's float32 bits low, d's high), then a count of the programs that gave up
     # waiting (0 in a healthy launch).
-    stats_ptr = ws_ptr.to(tl.pointer_type(tl.float32))
-    count_ptr = ws_ptr + 2 * n_rows * n_slices
+    words_ptr = ws_ptr.to(tl.pointer_type(tl.int64))
+    giveup_ptr = ws_ptr + 2 * n_rows * n_slices
     pid = tl.program_id(0)
     s = pid % n_slices
     cols = s * SLICE + tl.arange(0, SLICE)
@@ -158,23 +157,27 @@ def softmax_split_coop_kernel(
     for _ in range(0, tl.cdiv(n_rows, rows_per_round)):
         valid = row < n_rows
         live_cols = tl.where(valid, n_cols, 0)
-        # Phase 1: reduce the slice (already in registers) to its (m, d) pair and publish it.
+        # Phase 1: reduce the slice (already in registers) to its (m, d) pair; keep e = exp(x - m) in
+        # place of x, so the output needs no second exp per element.
         m = tl.max(x, axis=0)
-        d = tl.sum(tl.where(x == -float("inf"), 0.0, tl.exp(x - m)), axis=0)
-        tl.store(stats_ptr + (row * n_slices + s) * 2, m, mask=valid)
-        tl.store(stats_ptr + (row * n_slices + s) * 2 + 1, d, mask=valid)
-        # Start reading next round's slice now: its bytes are in flight while we wait.
+        e = tl.where(x == -float("inf"), 0.0, tl.exp(x - m))
+        d = tl.sum(e, axis=0)
+        # Publish the pair as one word (d >= 1 unless the slice is all -inf, and then m's bits are -inf's:
+        # never 0), in one untorn 64-bit store; relaxed: no fence, nothing waits for it to land.
+        word = (m.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF) | (d.to(tl.int32, bitcast=True).to(tl.int64) << 32)
+        tl.atomic_xchg(words_ptr + row * n_slices + s, word, mask=valid, sem="relaxed", scope="gpu")
+        # Start reading next round's slice now: nothing below waits for these loads to arrive.
         next_row = row + rows_per_round
         x_next = tl.load(in_ptr + next_row * in_row_stride + cols * in_col_stride,
                          mask=cols < tl.where(next_row < n_rows, n_cols, 0), other=-float("inf"))
-        # Phase 2: count this slice in (release), wait until the row's other slices are in (acquire).
-        spins = count_in_and_wait(count_ptr + row, valid, n_slices, MAX_SPIN)
+        # Phase 2: wait until the row's other pairs are in (a slot past the row's slices reads (-inf, 0)).
+        w, spins = wait_for_row(words_ptr + row * n_slices, k, tl.where(valid, n_slices, 0), 0xFF800000, MAX_SPIN)
         # Phase 3: the row's (M, D), from the published pairs or, if the wait gave up, from the row.
         if spins >= MAX_SPIN:
             # A safety net a correct launch never uses: count it, then read the whole row again and
             # merge it here, so the answer is slower but never wrong. It reads in small blocks: this
             # loop's registers are reserved in every launch, used or not, and registers are programs.
-            tl.atomic_add(count_ptr + n_rows, 1, sem="relaxed")
+            tl.atomic_add(giveup_ptr, 1, sem="relaxed")
             m_row = tl.full((), -float("inf"), tl.float32)
             d_row = tl.zeros((), tl.float32)
             for j in range(0, live_cols, 256):
@@ -186,14 +189,12 @@ def softmax_split_coop_kernel(
                 d_row = d_row * alpha + tl.sum(tl.where(xj == -float("inf"), 0.0, tl.exp(xj - m_new)), axis=0)
                 m_row = m_new
         else:
-            live_slices = tl.where(valid, n_slices, 0)
-            m_s = tl.load(stats_ptr + (row * n_slices + k) * 2, mask=k < live_slices, other=-float("inf"), volatile=True)
-            d_s = tl.load(stats_ptr + (row * n_slices + k) * 2 + 1, mask=k < live_slices, other=0.0, volatile=True)
+            m_s = (w & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
+            d_s = (w >> 32).to(tl.int32).to(tl.float32, bitcast=True)
             m_row = tl.max(m_s, axis=0)
             d_row = tl.sum(tl.where(d_s == 0.0, 0.0, d_s * tl.exp(m_s - m_row)), axis=0)
-        # Normalize the slice still in registers and write it.
-        tl.store(out_ptr + row * out_row_stride + cols, tl.exp(x - m_row) * (1.0 / d_row),
-                 mask=cols < live_cols)
+        # Normalize the slice still in registers, exp(x - M) / D = e * exp(m - M) / D, and write it.
+        tl.store(out_ptr + row * out_row_stride + cols, e * (tl.exp(m - m_row) / d_row), mask=cols < live_cols)
         x = x_next.to(tl.float32)
         row = next_row
 
@@ -253,9 +254,8 @@ def coop_plan(rows, slice_cols=None, num_warps=None):
     return Plan(
         [Launch(softmax_split_coop_kernel, grid=(rows_per_round * n_slices,), ptrs=(OUT, IN, WS[0]),
                 args=args + (rows_per_round,), constexprs=constexprs, num_warps=num_warps, cooperative=True)],
-        # fresh and zeroed on every call, in one allocation: the (m, d) pairs, the counters of the wait
-        workspace=lambda rows: (torch.zeros(2 * rows.n_rows * n_slices + rows.n_rows + 1, dtype=torch.int32,
-                                            device=rows.device),),
+        # fresh and zeroed on every call, in one allocation: a 64-bit word per slice, the give-up count
+        workspace=lambda rows: (torch.zeros(2 * rows.n_rows * n_slices + 1, dtype=torch.int32, device=rows.device),),
         fallback=softmax_split,  # if the driver still refuses the grid, the two-launch design
         info={**info, "slices": n_slices, "slice_cols": slice_cols, "rows_per_round": rows_per_round},
     )
