@@ -18,6 +18,8 @@ import helpers
 import pytest
 import torch
 import torch.nn.functional as F
+import triton
+import triton.language as tl
 from helpers import DEVICE
 
 A = importlib.import_module("helpers.kernels.attention")
@@ -230,7 +232,7 @@ def test_transposed_bshd_layout_needs_no_copy():
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(B, S, H, D, generator=g).to(DEVICE).transpose(1, 2) for _ in range(3))
     plan = A.attention_plan(q, k, v)
-    assert not plan.copy and plan.grid[1:] == (H, B)
+    assert not plan.copy and plan.grid == (math.ceil(S / plan.config.block_m) * H * B,) and plan.args[-3:-1] == (H, 1)
     out, lse = helpers.attention(q, k, v, return_lse=True)
     assert out.is_contiguous()
     assert_close(out, lse, q, k, v)
@@ -313,12 +315,66 @@ def test_plan_grid_and_config():
     tma = A.tma_config(torch.float16, 64, False)
     assert p.kernel == ("tma" if tma and A.tma_eligible(q, (q, k, v), [(0, 0)] * 3) else "pointer")
     c = tma if p.kernel == "tma" else A.attention_config(torch.float16, 64)
-    assert p.config == c and p.grid == (math.ceil(70 / c.block_m), 6, 1)
+    assert p.config == c and p.grid == (math.ceil(70 / c.block_m) * 6,)
+    assert p.args[-3:-1] == (6, 1)  # n_heads (the leading dims merge into one), heads per group (not causal: 1)
     assert p.constexprs["HEAD_DIM"] == 64 and p.constexprs["CAUSAL"] is False
     assert p.args[-1] == pytest.approx(A.LOG2E / 8)  # scale * log2(e)
     for dtype in DTYPES:
         cfg = A.attention_config(dtype, 128)
         assert cfg.block_m >= 16 and cfg.block_n >= 16 and cfg.block_m & (cfg.block_m - 1) == 0
+
+
+def test_heads_per_group():
+    """Causal grids order their programs longest first over groups of heads whose K and V take at most
+    GROUP_KV_BYTES; without a mask every program has the same work and the heads go one by one."""
+    hpg = A.heads_per_group
+    assert A.GROUP_KV_BYTES == 16 * 2**20
+    assert hpg(4096, 64, 2, False, 64) == 1
+    assert [hpg(4096, 64, 2, True, 64), hpg(4096, 128, 2, True, 64), hpg(16384, 128, 2, True, 64)] == [16, 8, 2]
+    assert hpg(64, 16, 2, True, 6) == 6  # never more than there are heads
+    assert hpg(2**22, 128, 4, True, 64) == 1  # never fewer than one
+    q, k, v = make((2, 3), 40, 40, 16)
+    assert A.attention_plan(q, k, v, causal=True).args[-3:-1] == (6, hpg(40, 16, 4, True, 6))
+    with pytest.raises(ValueError, match="group must be a positive int"):
+        A.attention_plan(q, k, v, causal=True, group=0)
+
+
+query_block_and_head = A.query_block_and_head
+
+
+@triton.jit
+def _order_kernel(out_ptr, num_m, group, CAUSAL: tl.constexpr):
+    pid = tl.program_id(0)
+    start_m, hz = query_block_and_head(pid, num_m, group, CAUSAL)
+    tl.store(out_ptr + 2 * pid, start_m)
+    tl.store(out_ptr + 2 * pid + 1, hz)
+
+
+@pytest.mark.parametrize("num_m, n_hz, group", [(5, 6, 1), (5, 6, 4), (3, 7, 7), (4, 6, 100), (1, 3, 2)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_program_order_covers_every_block_once(num_m, n_hz, group, causal):
+    """query_block_and_head maps the 1-D grid onto every (query block, head) exactly once, a group's
+    programs consecutive, and, causal, each group's last query blocks (the longest programs) first."""
+    got = torch.zeros(num_m * n_hz * 2, dtype=torch.int32, device=DEVICE)
+    _order_kernel[(num_m * n_hz,)](got, num_m, group, CAUSAL=causal)
+    pairs = [tuple(p) for p in got.view(-1, 2).tolist()]
+    assert sorted(pairs) == [(m, h) for m in range(num_m) for h in range(n_hz)]
+    size = min(group, n_hz)
+    for first in range(0, n_hz, size):  # one group after another
+        part = pairs[first * num_m:(first + min(size, n_hz - first)) * num_m]
+        assert {h for _, h in part} == set(range(first, min(first + size, n_hz)))
+        blocks = [m for m, _ in part]
+        assert blocks == sorted(blocks, reverse=causal)
+
+
+@pytest.mark.parametrize("group", [1, 2, 4, 6])
+def test_any_group_gives_the_same_result(group):
+    """The order of the programs changes nothing in the output, causal or not."""
+    q, k, v = make((2, 3), 45, 45, 32, seed=11)
+    for causal in (False, True):
+        plan = A.attention_plan(q, k, v, causal=causal, return_lse=True, group=group)
+        out, lse = A._launcher(plan, q, k, v)(q, k, v)
+        assert_close(out, lse, q, k, v, causal=causal)
 
 
 def test_cache_is_keyed_on_the_kind_of_input():
@@ -432,7 +488,7 @@ sys.path.insert(0, sys.argv[2])
 import attention_kernel_only as K
 ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas-blackwell")
 names = ["stride_qz", "stride_qh", "stride_qm", "stride_qd", "stride_kz", "stride_kh", "stride_kn", "stride_kd",
-         "stride_vz", "stride_vh", "stride_vn", "stride_vd", "seq_q", "seq_k"]
+         "stride_vz", "stride_vh", "stride_vn", "stride_vd", "seq_q", "seq_k", "n_heads", "heads_per_group"]
 out = []
 tma_names = [n for n in names if not n.endswith("d")]
 for dt, d, causal, cfg in json.loads(sys.argv[3]):

@@ -264,6 +264,19 @@ def test_measure_shape_rows_on_the_cpu():
     assert by["course_pointer"]["status"] == "ok"  # the pointer kernel, forced: the interpreter's kernel anyway
     assert by["tutorial"]["status"].startswith("skipped: the tutorial's forward needs a Hopper GPU") and math.isnan(by["tutorial"]["ms"])
     assert AB.tutorial_skip(1024, torch.float32, "cpu").startswith("skipped: the tutorial's forward takes 16-bit")
+    assert by["course_g1"]["status"].startswith("skipped: the head order is measured causal")
+
+
+def test_the_head_order_provider(monkeypatch):
+    """course_g1: the course's kernel with its causal programs in head order (group = 1), checked and
+    timed like the others where it is measured (causal, long sequences: lowered here to 32)."""
+    monkeypatch.setattr(AB, "TUTORIAL_MIN_S", 32)
+    rows = AB.measure_shape("float16", 2, 3, 40, 16, True, providers=("course", "course_g1"), timer=_fake_timer,
+                            peak=lambda fn: 0.0, device="cpu")
+    assert [r["status"] for r in rows] == ["ok", "ok"] and rows[1]["max_err"] < 1e-2
+    rows = AB.measure_shape("float16", 1, 2, 40, 16, False, providers=("course_g1",), timer=_fake_timer,
+                            peak=lambda fn: 0.0, device="cpu")
+    assert rows[0]["status"].startswith("skipped:")
 
 
 def test_a_wrong_provider_is_not_timed(monkeypatch):

@@ -4,11 +4,14 @@ the naive, materialised version.
     python tools/attention_bench.py figures/data/attention.csv          # the sweep lesson 07 shows
     python tools/attention_bench.py OUT.csv --quick                     # fp16, S = 1K and 4K only
     python tools/attention_bench.py OUT.csv --tune                      # the kernel's tile configurations
+    python tools/attention_bench.py OUT.csv --seqs 4096,8192 --causal 1 --providers course,course_g1,sdpa_cudnn
 
 The sweep: B = 4, H = 16, S = Sq = Sk in ``SEQS``, D in (64, 128), float16 and bfloat16, causal and
 not. Providers (``PROVIDERS``): ``course`` (``helpers.attention``: on Hopper in 16-bit types the
 tensor-descriptor kernel where ``tma_config`` names a tile), ``course_pointer`` (the pointer kernel
-forced, at ``attention_config``'s tile: the kernel the descriptor one replaces), ``tutorial`` (the
+forced, at ``attention_config``'s tile: the kernel the descriptor one replaces), ``course_g1`` (causal,
+S >= ``TUTORIAL_MIN_S``: the course's kernel with its programs in head order, ``group=1``, the order
+before ``heads_per_group``'s groups), ``tutorial`` (the
 official Triton tutorial's forward, autotuned, ``tools/attention_tutorial.py``; S >= ``TUTORIAL_MIN_S``,
 16-bit, Hopper; its configurations are compiled first by ``TUTORIAL_WORKERS`` processes at once),
 ``sdpa`` (PyTorch picks the backend), ``sdpa_cudnn``/``sdpa_flash``/``sdpa_efficient`` (one backend each; one that refuses the
@@ -44,7 +47,7 @@ from helpers.kernels.attention import AttentionConfig, TmaConfig, _launcher, att
 from helpers.mode import ON_GPU
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
-PROVIDERS = ("course", "course_pointer", "tutorial", "sdpa", "sdpa_cudnn", "sdpa_flash", "sdpa_efficient", "naive")
+PROVIDERS = ("course", "course_pointer", "course_g1", "tutorial", "sdpa", "sdpa_cudnn", "sdpa_flash", "sdpa_efficient", "naive")
 COLUMNS = ("dtype", "B", "H", "S", "D", "causal", "provider", "ms", "tflops", "graph_ms", "graph_tflops",
            "spread", "graph_spread", "peak_mib", "max_err", "status")
 #: Timing rounds per case (the median is kept, the spread recorded), and milliseconds per timing.
@@ -86,6 +89,9 @@ def provider_fn(name: str, q, k, v, causal: bool):
         return lambda: attention(q, k, v, causal=causal)
     if name == "course_pointer":
         call = _launcher(attention_plan(q, k, v, causal, kernel="pointer"), q, k, v)
+        return lambda: call(q, k, v)
+    if name == "course_g1":
+        call = _launcher(attention_plan(q, k, v, causal, group=1), q, k, v)
         return lambda: call(q, k, v)
     if name == "tutorial":
         import attention_tutorial  # tools/attention_tutorial.py
@@ -216,6 +222,9 @@ def measure_shape(dtype_name: str, B: int, H: int, S: int, D: int, causal: bool,
     out_rows, timed = {}, {}
     for p in providers:
         base = dict(dtype_name=dtype_name, B=B, H=H, S=S, D=D, causal=causal, provider=p)
+        if p == "course_g1" and not (causal and S >= TUTORIAL_MIN_S):
+            out_rows[p] = _row(**base, status=f"skipped: the head order is measured causal, at S >= {TUTORIAL_MIN_S}")
+            continue
         if p == "tutorial" and tutorial_skip(S, dtype, q.device):
             out_rows[p] = _row(**base, status=tutorial_skip(S, dtype, q.device))
             continue
@@ -397,6 +406,9 @@ def main(argv=None) -> int:
     ap.add_argument("--tune", action="store_true", help="time the kernel's tile configurations instead")
     ap.add_argument("--rep", type=int, default=REP, help=f"milliseconds of timing per measurement (default {REP})")
     ap.add_argument("--rounds", type=int, default=ROUNDS, help=f"timing rounds per case, median kept (default {ROUNDS})")
+    ap.add_argument("--seqs", help="comma-separated sequence lengths (default: " + ",".join(map(str, SEQS)) + ")")
+    ap.add_argument("--causal", choices=("0", "1"), help="only without the mask (0) or only causal (1)")
+    ap.add_argument("--providers", help="comma-separated providers (default: all of " + ",".join(PROVIDERS) + ")")
     args = ap.parse_args(argv)
     require_gpu()
     VERBOSE[0] = True
@@ -409,6 +421,15 @@ def main(argv=None) -> int:
                   f"{r['num_stages']}) at {r['graph_tflops']} TFLOP/s")
     else:
         quick = dict(seqs=(1024, 4096), dtypes=("float16",)) if args.quick else {}
+        if args.seqs:
+            quick["seqs"] = tuple(int(x) for x in args.seqs.split(","))
+        if args.causal:
+            quick["causals"] = (args.causal == "1",)
+        if args.providers:
+            quick["providers"] = tuple(args.providers.split(","))
+            unknown = set(quick["providers"]) - set(PROVIDERS)
+            if unknown:
+                ap.error(f"unknown providers {sorted(unknown)}; choose from {PROVIDERS}")
         rows = sweep(**quick, timer=gpu_timer(args.rep), rounds=args.rounds, out=(Path(args.out_csv), provenance(command)))
     path = write_csv(Path(args.out_csv), rows, provenance(command))
     bad = [r for r in rows if r["status"] != "ok" and r.get("provider") == "course"]

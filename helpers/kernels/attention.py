@@ -40,24 +40,39 @@ def attention_block_update(acc, m_i, l_i, s, v, DOT: tl.constexpr, PRECISION: tl
 
 
 @triton.jit
+def query_block_and_head(pid, num_m, heads_per_group, CAUSAL: tl.constexpr):
+    """Which query block of which head (z * H + h) program pid of the 1-D grid computes. The heads
+    go in groups of heads_per_group: group 0's programs first, then group 1's, ...; inside a group,
+    query block by query block, each over the group's heads. Causal: the last query blocks, which
+    loop over the most keys, first (longest first), so the short programs fill the end of the grid."""
+    n_heads_all = tl.num_programs(0) // num_m
+    first = pid // (heads_per_group * num_m) * heads_per_group  # the group's first head
+    size = tl.minimum(heads_per_group, n_heads_all - first)    # the last group may be smaller
+    r = pid - first * num_m
+    start_m = r // size
+    if CAUSAL:
+        start_m = num_m - 1 - start_m
+    return start_m, first + r % size
+
+
+@triton.jit
 def attention_fwd_kernel(
     out_ptr, lse_ptr, q_ptr, k_ptr, v_ptr,
     stride_qz, stride_qh, stride_qm, stride_qd,
     stride_kz, stride_kh, stride_kn, stride_kd,
     stride_vz, stride_vh, stride_vn, stride_vd,
     seq_q, seq_k,
+    n_heads, heads_per_group,  # H (heads per batch element); heads ordered together
     qk_scale,  # scale * log2(e): the kernel works with exp2
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, WRITE_LSE: tl.constexpr,
     DOT: tl.constexpr,  # the type tl.dot multiplies: the inputs' own on a GPU, fp32 in the interpreter
     PRECISION: tl.constexpr,  # "ieee" for fp32 inputs (no TF32 rounding)
 ):
-    # Program (i, h, z): query rows [i * BLOCK_M, (i + 1) * BLOCK_M) of head h of batch z.
-    start_m = tl.program_id(0)
-    if CAUSAL:  # the last query blocks see the most keys: start them first
-        start_m = tl.num_programs(0) - 1 - start_m
-    h = tl.program_id(1).to(tl.int64)
-    z = tl.program_id(2).to(tl.int64)
+    # This program: query rows [start_m * BLOCK_M, (start_m + 1) * BLOCK_M) of head h of batch z.
+    start_m, hz = query_block_and_head(tl.program_id(0), tl.cdiv(seq_q, BLOCK_M), heads_per_group, CAUSAL)
+    h = (hz % n_heads).to(tl.int64)
+    z = (hz // n_heads).to(tl.int64)
     q_ptr += z * stride_qz + h * stride_qh
     k_ptr += z * stride_kz + h * stride_kh
     v_ptr += z * stride_vz + h * stride_vh
@@ -100,7 +115,7 @@ def attention_fwd_kernel(
         acc, m_i, l_i = attention_block_update(acc, m_i, l_i, s, v, DOT, PRECISION)
 
     # The division by l, once, at the end; out and lse are contiguous (heads, seq_q, ...).
-    row = (z * tl.num_programs(1) + h) * seq_q + offs_m
+    row = (z * n_heads + h) * seq_q + offs_m
     o = acc / l_i[:, None]
     tl.store(out_ptr + row[:, None] * HEAD_DIM + offs_d[None, :], o.to(out_ptr.dtype.element_ty),
              mask=offs_m[:, None] < seq_q)
@@ -115,6 +130,7 @@ def attention_fwd_tma_kernel(
     stride_kz, stride_kh, stride_kn,
     stride_vz, stride_vh, stride_vn,
     seq_q, seq_k,
+    n_heads, heads_per_group,
     qk_scale,  # scale * log2(e), as in attention_fwd_kernel
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, WRITE_LSE: tl.constexpr,
@@ -127,18 +143,16 @@ def attention_fwd_tma_kernel(
     # and the output move through tensor descriptors (TMA: one instruction copies a whole tile into
     # shared memory; rows past the end of a head read as zeros, and the store skips them), made here
     # per head from its base pointer, shape and row stride (the last stride must be 1).
-    start_m = tl.program_id(0)
-    if CAUSAL:  # the last query blocks see the most keys: start them first
-        start_m = tl.num_programs(0) - 1 - start_m
-    h = tl.program_id(1).to(tl.int64)
-    z = tl.program_id(2).to(tl.int64)
+    start_m, hz = query_block_and_head(tl.program_id(0), tl.cdiv(seq_q, BLOCK_M), heads_per_group, CAUSAL)
+    h = (hz % n_heads).to(tl.int64)
+    z = (hz // n_heads).to(tl.int64)
     q_desc = tl.make_tensor_descriptor(q_ptr + z * stride_qz + h * stride_qh, shape=[seq_q, HEAD_DIM],
                                        strides=[stride_qm, 1], block_shape=[BLOCK_M, HEAD_DIM])
     k_desc = tl.make_tensor_descriptor(k_ptr + z * stride_kz + h * stride_kh, shape=[seq_k, HEAD_DIM],
                                        strides=[stride_kn, 1], block_shape=[BLOCK_N, HEAD_DIM])
     v_desc = tl.make_tensor_descriptor(v_ptr + z * stride_vz + h * stride_vh, shape=[seq_k, HEAD_DIM],
                                        strides=[stride_vn, 1], block_shape=[BLOCK_N, HEAD_DIM])
-    row0 = (z * tl.num_programs(1) + h) * seq_q  # out and lse are contiguous (heads, seq_q, ...)
+    row0 = (z * n_heads + h) * seq_q  # out and lse are contiguous (heads, seq_q, ...)
     o_desc = tl.make_tensor_descriptor(out_ptr + row0 * HEAD_DIM, shape=[seq_q, HEAD_DIM],
                                        strides=[HEAD_DIM, 1], block_shape=[BLOCK_M, HEAD_DIM])
 
@@ -193,7 +207,8 @@ def attention_fwd_tma_kernel(
 HEAD_DIMS = (16, 32, 64, 128)
 LOG2E = 1.4426950408889634  # e^x = 2^(x * log2 e)
 _TL = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float32: tl.float32}
-_MAX_GRID = 65535  # programs along the 2nd and 3rd grid dimensions
+_MAX_GRID = 65535  # the most batch elements (Z) and heads (H) the leading dims are split into
+_MAX_PROGRAMS = 2**31 - 1  # programs of the 1-D grid
 
 
 class AttentionConfig(NamedTuple):
@@ -251,6 +266,22 @@ _TMA_CONFIGS = {  # (D >= 128, causal) -> TmaConfig, or None: the pointer kernel
 }
 _TMA_DEFAULT = TmaConfig(128, 64, 8, 3, False)  # when the TMA kernel is asked for where the table says None
 
+#: A causal grid runs its programs longest first within groups of heads whose keys and values take
+#: at most this many bytes together: a third of the H100's and H200's 50 MB L2 cache.
+GROUP_KV_BYTES = 16 * 2**20
+
+
+def heads_per_group(seq_k, head_dim, itemsize, causal, n_heads_all):
+    """How many heads query_block_and_head orders together. Not causal: 1 (every program has the same
+    work; a head's query blocks run side by side and share its keys and values in L2). Causal: as many
+    heads as GROUP_KV_BYTES of keys and values hold, so the longest-first order spans several heads
+    and the short programs of all of them end the grid, while their keys and values still fit in L2.
+    Lesson 07 measures it: without the groups (1) the grid ends on long programs; with all heads in
+    one group, K and V no longer fit in L2."""
+    if not causal:
+        return 1
+    return max(1, min(n_heads_all, GROUP_KV_BYTES // (2 * max(seq_k, 1) * head_dim * itemsize)))
+
 
 def tma_eligible(q, views, lead_strides, interpreter=INTERPRETER):
     """True when attention_fwd_tma_kernel can take these inputs: float16 or bfloat16 on a GPU of
@@ -269,18 +300,18 @@ def tma_eligible(q, views, lead_strides, interpreter=INTERPRETER):
     return True
 
 
-def _tma_plan(q, k, views, lead_strides, Z, H, causal, scale, return_lse, config, copy):
+def _tma_plan(q, k, views, lead_strides, Z, H, group, causal, scale, return_lse, config, copy):
     d, seq_q, seq_k = q.shape[-1], q.shape[-2], k.shape[-2]
     config = config or tma_config(q.dtype, d, causal) or _TMA_DEFAULT
     args = []
     for (stride_z, stride_h), t in zip(lead_strides, views):
         args += [stride_z, stride_h, t.stride(-2)]
-    args += [seq_q, seq_k, scale * LOG2E]
+    args += [seq_q, seq_k, H, group, scale * LOG2E]
     constexprs = dict(HEAD_DIM=d, BLOCK_M=config.block_m, BLOCK_N=config.block_n, CAUSAL=causal,
                       WRITE_LSE=return_lse, DOT=tl.float32 if INTERPRETER else _TL[q.dtype],
                       NEG_SCALE=scale < 0, WARP_SPECIALIZE=config.warp_specialize,
                       MASKED=causal or seq_k % config.block_n != 0)
-    return AttentionPlan(grid=(triton.cdiv(seq_q, config.block_m), H, Z), config=config, args=tuple(args),
+    return AttentionPlan(grid=(triton.cdiv(seq_q, config.block_m) * H * Z,), config=config, args=tuple(args),
                          constexprs=constexprs, copy=copy, out_shape=tuple(q.shape), lse_shape=tuple(q.shape[:-1]),
                          empty=q.numel() == 0 or seq_k == 0, kernel="tma")
 
@@ -394,11 +425,12 @@ class AttentionPlan(NamedTuple):
     kernel: str = "pointer"  # "tma": attention_fwd_tma_kernel (Hopper, 16-bit); "pointer": attention_fwd_kernel
 
 
-def attention_plan(q, k, v, causal=False, scale=None, return_lse=False, config=None, kernel=None):
+def attention_plan(q, k, v, causal=False, scale=None, return_lse=False, config=None, kernel=None, group=None):
     """Everything attention() decides from the inputs' dtypes, shapes, strides and device (after
     checking them): the kernel, the grid, the tiles, the strides the kernel gets. attention() caches
     it per key. kernel: "tma" or "pointer" to force one (tests, benchmarks); None: "tma" where
-    tma_eligible says it can run, else "pointer"."""
+    tma_eligible says it can run, else "pointer". group: the heads ordered together (tests,
+    benchmarks); None: heads_per_group's."""
     check_attention_inputs(q, k, v, causal, scale, return_lse)
     *lead, seq_q, d = q.shape
     seq_k = k.shape[-2]
@@ -413,24 +445,33 @@ def attention_plan(q, k, v, causal=False, scale=None, return_lse=False, config=N
             raise ValueError(f"attention: {math.prod(lead)} heads in all are more than one launch can take; "
                              f"call attention on smaller batches.")
     _, Z, H, lead_strides = split
+    if group is None:
+        group = heads_per_group(seq_k, d, q.element_size(), causal, Z * H)
+    if not (isinstance(group, int) and group >= 1):
+        raise ValueError(f"attention_plan: group must be a positive int, got {group!r}.")
     if kernel is None:
         kernel = "tma" if tma_config(q.dtype, d, causal) and tma_eligible(q, views, lead_strides) else "pointer"
     if kernel not in ("tma", "pointer"):
         raise ValueError(f"attention_plan: kernel must be 'tma', 'pointer' or None, got {kernel!r}.")
+    block_m = (config or (tma_config(q.dtype, d, causal) or _TMA_DEFAULT if kernel == "tma" else
+                          attention_config(q.dtype, d))).block_m
+    if triton.cdiv(seq_q, block_m) * Z * H > _MAX_PROGRAMS:
+        raise ValueError(f"attention: {Z * H} heads of {seq_q} queries are more programs than one launch can take; "
+                         f"call attention on smaller batches.")
     if kernel == "tma":
         if q.dtype not in (torch.float16, torch.bfloat16):
             raise ValueError(f"attention_plan: kernel='tma' takes float16 or bfloat16 inputs, got {q.dtype}.")
-        return _tma_plan(q, k, views, lead_strides, Z, H, causal, scale, return_lse, config, copy)
+        return _tma_plan(q, k, views, lead_strides, Z, H, group, causal, scale, return_lse, config, copy)
     config = config or attention_config(q.dtype, d)
     args = []
     for (stride_z, stride_h), t in zip(lead_strides, views):
         args += [stride_z, stride_h, t.stride(-2), t.stride(-1)]
-    args += [seq_q, seq_k, scale * LOG2E]
+    args += [seq_q, seq_k, H, group, scale * LOG2E]
     interp_or_fp32 = INTERPRETER or q.dtype == torch.float32
     constexprs = dict(HEAD_DIM=d, BLOCK_M=config.block_m, BLOCK_N=config.block_n, CAUSAL=causal,
                       WRITE_LSE=return_lse, DOT=tl.float32 if interp_or_fp32 else _TL[q.dtype],
                       PRECISION="ieee" if interp_or_fp32 else "tf32")
-    return AttentionPlan(grid=(triton.cdiv(seq_q, config.block_m), H, Z), config=config, args=tuple(args),
+    return AttentionPlan(grid=(triton.cdiv(seq_q, config.block_m) * H * Z,), config=config, args=tuple(args),
                          constexprs=constexprs, copy=copy, out_shape=tuple(q.shape), lse_shape=tuple(q.shape[:-1]),
                          empty=q.numel() == 0 or seq_k == 0)
 
