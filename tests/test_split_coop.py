@@ -193,6 +193,6 @@ def test_the_recorded_h100_table_gives_the_lessons_configuration():
 
     rows, _ = read_csv(tuning.recorded_path("NVIDIA H100 80GB HBM3"))
     coop = tuning.best_of(rows)[1]
-    assert coop[tuning.nearest_coop(coop, "float32", 1024, 65536)][:2] == (4096, 4)
-    assert coop[tuning.nearest_coop(coop, "float32", 8, 1 << 20)][:2] == (8192, 8)
+    assert coop[tuning.nearest_coop(coop, "float32", 1024, 65536)][:2] == (8192, 4)  # lesson 06's "8192 × 4 on the H100"
+    assert coop[tuning.nearest_coop(coop, "float32", 8, 1 << 20)][:2] == (8192, 4)
     assert tuning.nearest_coop(coop, "float64", 8, 1 << 20) is None
