@@ -237,7 +237,12 @@ def test_what_the_wait_costs(gpu):
     two = tuned.pivot_table(index=cells, columns="design", values="graph_frac")
     gain = two.word - two.counter
     assert (gain > 0).all()  # "The word wins at every shape on both GPUs"
-    assert "The word wins at every shape on both GPUs." in cell_with(L, "Which part of the change does it?")
+    text = cell_with(L, "Which part of the change does it?")
+    assert "The word wins at every shape on both GPUs." in text
+    top = gain.sort_values(ascending=False).iloc[:4]  # the largest gains: bf16 at 256 x 128K and 64 x 256K, both GPUs
+    assert sorted(set(top.index.droplevel("gpu"))) == [("bfloat16", 64, 262144), ("bfloat16", 256, 131072)]
+    quotes(text, f"the largest gains, {top.min():.2f} to {top.max():.2f}, are at bfloat16 256 × 128K and 64 × 256K")
+    assert 1024 not in top.index.get_level_values("M")
     assert "gained {:.2f} to {:.2f} of a copy on both GPUs".format(gain.min(), gain.max()) in cell_with(L, "## Key points")
     steps = wait[wait.configuration == "4096x4"]
     f = steps.pivot_table(index=cells, columns="design", values="graph_frac")
