@@ -163,7 +163,11 @@ def test_the_descriptor_kernel_before_and_after(both):
     quotes(text, f"from {p.min():.2f} to {p.max():.2f} of cuDNN (the pointer kernel) to {c.min():.2f} to {c.max():.2f}")
     d64 = gain.xs(64, level="D")
     quotes(text, f"their ratio, {d64.min():.2f} to {d64.max():.2f}, is how far apart two timings")
-    assert g.loc[(128, 0), "min"] > 1.05 and g.loc[(128, 1), "min"] > 1.05  # the gain is far above that noise
+    assert g.loc[(128, 0), "min"] > d64.max() + 0.05  # without a mask, far outside the same-kernel band
+    low = gain.xs((128, 1), level=["D", "causal"])
+    low = low[low < d64.max() + 0.02]  # causal: the smallest gains, at the band's edge
+    quotes(text, "causal, its smallest gains (on the H200) are at its edge")
+    assert set(low.index.get_level_values("gpu")) == {"H200"} and low.min() > d64.max() - 0.01
     assert d64.min() > 0.9 and d64.max() < 1.1
     for D_, causal in ((64, False), (64, True)):  # "At D = 64 the library keeps the pointer kernel"
         assert tma_config(torch.float16, D_, causal) is None
@@ -178,16 +182,21 @@ def test_the_targets(both):
     cud = misses[misses["of cuDNN"] < 0.90]
     tut = misses[misses["of the tutorial"] < 0.98]
     text = cell_with(L, "What the recording shows")
-    quotes(text, f"{len(misses)} of {len(clean)} cases miss one. {len(cud)} miss 0.90 of cuDNN")
-    off = cud.query("S != 4096")
-    assert len(off) == 1
-    quotes(text, f"all at $S$ = 4K but one ({off['of cuDNN'].iloc[0]:.3f} at 16K)")
-    assert off.index.get_level_values("S")[0] == 16384
+    quotes(text, f"{len(misses)} of {len(clean)} cases miss one. {len(cud)} miss 0.90 of cuDNN, "
+                 f"by {0.90 - cud['of cuDNN'].max():.3f} to {0.90 - cud['of cuDNN'].min():.3f}")
+    at4k, off = cud.query("S == 4096"), cud.query("S != 4096")
+    quotes(text, f"{len(at4k)} at $S$ = 4K, where a cost per program weighs most (measured below), and {len(off)} at 16K "
+                 f"({off['of cuDNN'].min():.3f} to {off['of cuDNN'].max():.3f})")
+    assert set(off.index.get_level_values("S")) == {16384}
     at128 = cud.query("D == 128")["of the tutorial"].dropna()
     quotes(text, f"at $D$ = 128 the course is {at128.min():.2f} to {at128.max():.2f} of the tutorial in those cases")
-    quotes(text, f"{len(tut)} miss the tutorial's speed within 2%, all at $D$ = 64 causal, at "
+    assert at128.min() >= 0.995  # "the tutorial is no closer to cuDNN there"
+    quotes(text, f"{len(tut)} miss the tutorial's speed within 2%, both in the H100's sweep at $D$ = 64 causal, at "
                  f"{tut['of the tutorial'].min():.3f} to {tut['of the tutorial'].max():.3f} of it")
-    assert set(tut.index.droplevel(["gpu", "dtype", "S"])) == {(64, 1)}
+    assert len(tut) == 2 and set(tut.index.droplevel(["dtype", "S"])) == {("H100", 64, 1)}
+    for g in ("h100", "h200"):  # the H100's sweep ran causal programs head by head, the H200's in groups
+        has_g1 = "course_g1" in set(data.load("attention", gpu=g).provider)
+        assert has_g1 == (g == "h200")
     failed = rows[rows.provider.eq("tutorial") & rows.status.str.startswith("wrong")]
     assert len(failed) == 2  # the two shapes with no fraction of the tutorial
 
