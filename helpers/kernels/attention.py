@@ -302,7 +302,6 @@ def tma_eligible(q, views, lead_strides, interpreter=INTERPRETER):
 
 def _tma_plan(q, k, views, lead_strides, Z, H, group, causal, scale, return_lse, config, copy):
     d, seq_q, seq_k = q.shape[-1], q.shape[-2], k.shape[-2]
-    config = config or tma_config(q.dtype, d, causal) or _TMA_DEFAULT
     args = []
     for (stride_z, stride_h), t in zip(lead_strides, views):
         args += [stride_z, stride_h, t.stride(-2)]
@@ -453,16 +452,15 @@ def attention_plan(q, k, v, causal=False, scale=None, return_lse=False, config=N
         kernel = "tma" if tma_config(q.dtype, d, causal) and tma_eligible(q, views, lead_strides) else "pointer"
     if kernel not in ("tma", "pointer"):
         raise ValueError(f"attention_plan: kernel must be 'tma', 'pointer' or None, got {kernel!r}.")
-    block_m = (config or (tma_config(q.dtype, d, causal) or _TMA_DEFAULT if kernel == "tma" else
-                          attention_config(q.dtype, d))).block_m
-    if triton.cdiv(seq_q, block_m) * Z * H > _MAX_PROGRAMS:
+    if config is None:  # the tuned tile of the kernel that runs
+        config = (tma_config(q.dtype, d, causal) or _TMA_DEFAULT) if kernel == "tma" else attention_config(q.dtype, d)
+    if triton.cdiv(seq_q, config.block_m) * Z * H > _MAX_PROGRAMS:
         raise ValueError(f"attention: {Z * H} heads of {seq_q} queries are more programs than one launch can take; "
                          f"call attention on smaller batches.")
     if kernel == "tma":
         if q.dtype not in (torch.float16, torch.bfloat16):
             raise ValueError(f"attention_plan: kernel='tma' takes float16 or bfloat16 inputs, got {q.dtype}.")
         return _tma_plan(q, k, views, lead_strides, Z, H, group, causal, scale, return_lse, config, copy)
-    config = config or attention_config(q.dtype, d)
     args = []
     for (stride_z, stride_h), t in zip(lead_strides, views):
         args += [stride_z, stride_h, t.stride(-2), t.stride(-1)]
