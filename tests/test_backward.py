@@ -488,3 +488,13 @@ def test_bench_gpu_timers_reach_helpers_measure(monkeypatch):
     got = {k: t(call) for k, t in backward_bench.GPU_TIMERS.items()}
     assert got == {"ms": 1.5, "graph_ms": 2.5, "host_us": 3.5}
     assert seen == [("ms", call), ("graph_ms", call), ("host_us", call)]
+
+
+def test_bench_providers_names_a_subset_and_refuses_unknown_names(monkeypatch):
+    seen = []
+    monkeypatch.setattr(backward_bench, "warm_up_gpu", lambda: None)
+    monkeypatch.setattr(backward_bench, "measure", lambda M, N, dtype, provs, group: seen.append(sorted(provs)) or [])
+    backward_bench.sweep(groups=("long",), dtypes=("float32",), names=["course"])
+    assert seen == [["copy", "course"]] * len(backward_bench.SHAPES["long"])  # the copy always comes along
+    with pytest.raises(SystemExit, match="unknown or unavailable providers \\['nope'\\]"):
+        backward_bench.sweep(groups=("long",), names=["course", "nope"])

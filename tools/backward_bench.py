@@ -191,15 +191,22 @@ def measure(M: int, N: int, dtype, provs: dict | None = None, *, timers: dict | 
     return _measure.rounded([{k: rows[name][k] for k in COLUMNS} for name in rows])
 
 
-def sweep(groups=tuple(SHAPES), dtypes=("float32", "bfloat16"), log=None) -> list[dict]:
-    """Every provider at every shape of the groups named, in each dtype (GPU timers)."""
+def sweep(groups=tuple(SHAPES), dtypes=("float32", "bfloat16"), log=None, names=None) -> list[dict]:
+    """Every provider (or those ``names``, with the copy) at every shape of the groups named, in each dtype
+    (GPU timers)."""
+    provs = providers()
+    if names is not None:
+        unknown = sorted(set(names) - set(provs))
+        if unknown:
+            raise SystemExit(f"unknown or unavailable providers {unknown}; these run here: {', '.join(provs)}")
+        provs = {k: v for k, v in provs.items() if k == "copy" or k in names}
     warm_up_gpu()
     rows = []
     for d in dtypes:
         for group in groups:
             for M, N in SHAPES[group]:
                 t0 = time.time()
-                rows += measure(M, N, DTYPES[d], group=group)
+                rows += measure(M, N, DTYPES[d], provs, group=group)
                 if log:
                     log(f"{d} {M} x {N}: {time.time() - t0:.1f} s")
     return rows
@@ -224,11 +231,14 @@ def main(argv=None) -> int:
     ap.add_argument("out_csv", help="where to write the CSV (the lesson reads figures/data/backward.csv)")
     ap.add_argument("--dtypes", default="float32,bfloat16")
     ap.add_argument("--groups", default=",".join(SHAPES), help=f"shape groups, comma-separated: {', '.join(SHAPES)}")
+    ap.add_argument("--providers", default=None,
+                    help="only these providers, comma-separated (the copy always runs: the fractions need it)")
     args = ap.parse_args(argv)
     exit_without_gpu("the softmax backward benchmark", "figures/data/backward_<gpu>.csv")
     t0 = time.time()
     log = lambda s: print(s, file=sys.stderr, flush=True)
-    rows = sweep(groups=tuple(args.groups.split(",")), dtypes=tuple(args.dtypes.split(",")), log=log)
+    rows = sweep(groups=tuple(args.groups.split(",")), dtypes=tuple(args.dtypes.split(",")), log=log,
+                 names=args.providers.split(",") if args.providers else None)
     cmd = "python tools/backward_bench.py " + " ".join(argv if argv is not None else sys.argv[1:])
     path = write_csv(Path(args.out_csv), rows, provenance(cmd))
     print(summary(rows))
