@@ -92,8 +92,8 @@ def softmax_tiled_kernel(
         x = tl.load(in_ptr + rows[:, None] * in_row_stride + cols[None, :] * in_col_stride,
                     mask=mask, other=-float("inf")).to(ACC)
         row_max = tl.max(x, axis=1)
-        # exp(x - max) = 2^(x log2(e) - max log2(e)): one fused multiply-add and one ex2 per element
-        numerator = tl.exp2(x * LOG2E - (row_max * LOG2E)[:, None])
+        # exp(x - max) = 2^((x - max) log2(e)): the bare ex2 instruction, without tl.exp's care for tiny results
+        numerator = tl.exp2((x - row_max[:, None]) * LOG2E)
         inv_denominator = 1.0 / tl.sum(numerator, axis=1)  # one division per row, then multiplies
         tl.store(out_ptr + rows[:, None] * out_row_stride + cols[None, :], numerator * inv_denominator[:, None], mask=mask)
 
