@@ -140,7 +140,6 @@ def test_fractions_above_one_are_explained(bench):
     text = cell_with(L, "Fractions above 1.0 are not faster than memory")
     quotes(text, f"{PROPS['l2_bytes'] / 2**20:.0f} MiB L2")
     quotes(text, f"{4096 * 1024 * 4 / 2**20:.0f} MiB (4096 × 1024 float32)")
-    quotes(text, f"at {4096 * 2048 * 4 / 2**20:.0f} MiB (4096 × 2048) much of them does")
     quotes(text, f"{PROPS['copy_graph_gbps_1GiB'] / 1000:.2f} TB/s")
     quotes(text, f"about {PROPS['copy_gbps_1GiB'] / 1000:.1f} eager")
     copy = bench.query("provider == 'copy' and dtype == 'float32'")
@@ -149,7 +148,7 @@ def test_fractions_above_one_are_explained(bench):
     quotes(text, "4096 × 32768 and 300 × 100000 float32, "
                  f"{4096 * 32768 * 4 / 2**20:.0f} and {300 * 100000 * 4 / 2**20:.0f} MiB")
     above = bench.query("status == 'ok' and graph_frac >= 1.015 and dtype == 'float32'")  # shown as 1.02 or more
-    in_l2 = {(4096, 1024), (4096, 2048), (16384, 384), (2048, 3000), (777, 12000)}  # 16 to 36 MiB a tensor: L2 holds much of it
+    in_l2 = {(4096, 1024), (16384, 384), (2048, 3000), (777, 12000)}  # 16 to 36 MiB a tensor: L2 holds much of it
     assert set(zip(above.M, above.N)) <= in_l2 | set(zip(slow.M, slow.N))  # ... or the copy is slow
     assert all(16 <= M * N * 4 / 2**20 <= 36 for M, N in in_l2)
     held = cell_with(L, "Fractions above 1.0 here come from L2 again")
@@ -200,9 +199,9 @@ def test_peers_at_m_4096(bench):
     quotes(text, f"(ratio {behind.ratio[1024]:.2f})")
     quotes(text, f"(eager ratio {behind['eager ratio'][1024]:.2f})")
     assert behind["eager ratio"][1024] > 1
-    assert not (b16.verdict == "behind").any()  # "behind no peer at M = 4096"
-    assert b16.ratio.idxmin() == 12672
-    quotes(text, f"its lowest ratio, {b16.ratio[12672]:.2f}, is at 4096 × 12672")
+    behind16 = b16[b16.verdict == "behind"]
+    assert list(behind16.index) == [12672] and behind16["best peer"].tolist() == ["liger"] and not behind16.noisy.any()
+    quotes(text, f"by a few percent ({behind16.ratio[12672]:.2f})")
 
 
 def test_peers_on_held_out_shapes(bench):

@@ -50,9 +50,10 @@ def test_helpers_softmax_on_awkward_shapes():
 
 @pytest.mark.parametrize("offset", [1e3, 1e6, 1e30])
 def test_tiled_kernel_keeps_the_max_subtraction_exact_far_from_zero(offset):
-    """The tiled kernel's exponential is 2^((x - max) log2 e): the subtraction comes first, so rows far
-    from zero are as accurate as rows near it. (The fused form 2^(x log2 e - max log2 e) rounds
-    max * log2 e and is off by about 1e-5 at offset 1000 and by orders of magnitude beyond.)"""
+    """The tiled kernel subtracts the row's max before the exponential, so rows far from zero are as
+    accurate as rows near it. A faster-looking form, 2^(x log2 e - max log2 e) in one fused multiply-add,
+    rounds max * log2 e and fails here (1.4e-6 at offset 1000, 1.2e-3 at 1e6: bench_runs/short_rows_h100.csv's
+    provenance names it)."""
     g = torch.Generator().manual_seed(0)
     x = (torch.randn(6, 300, generator=g, dtype=torch.float64) + offset).float().to(helpers.DEVICE)
     ref = torch.softmax(x.double(), dim=-1)
