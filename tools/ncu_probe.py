@@ -33,6 +33,11 @@ CASES = {
     "coop_fp32_1024x64K": ("float32", 1024, 65536, "softmax", 1),
     "split_fp32_32MiB": ("float32", 128, 65536, "split", 2),
     "split_fp32_256MiB": ("float32", 1024, 65536, "split", 2),
+    "bwd_bf16_64x256K": ("bfloat16", 64, 262144, "backward", 1),
+    "bwd_bf16_256x256000": ("bfloat16", 256, 256000, "backward", 1),
+    "bwd_bf16_1024x64K": ("bfloat16", 1024, 65536, "backward", 1),
+    "bwd_fp32_8x1M": ("float32", 8, 1048576, "backward", 1),
+    "copy_bf16_64x256K": ("bfloat16", 64, 262144, "copy", 1),
 }
 SECTIONS = ["SpeedOfLight", "MemoryWorkloadAnalysis", "Occupancy", "WarpStateStats", "LaunchStats"]
 
@@ -46,7 +51,11 @@ def run_case(name: str) -> None:
     d, M, N, what, _ = CASES[name]
     x = torch.randn(M, N, device="cuda", dtype=getattr(torch, d))
     y = torch.empty_like(x)
-    fn = {"softmax": helpers.softmax, "split": helpers.softmax_split, "copy": lambda t: y.copy_(t)}[what]
+    if what == "backward":  # y = softmax(x) and a random dy, made before the profiled calls
+        y = torch.softmax(x.float(), -1).to(x.dtype)
+        dy = torch.randn_like(x)
+    fn = {"softmax": helpers.softmax, "split": helpers.softmax_split, "copy": lambda t: y.copy_(t),
+          "backward": lambda t: helpers.softmax_backward(y, dy)}[what]
     fn(x)
     torch.cuda.synchronize()
     fn(x)
@@ -63,7 +72,8 @@ def main(argv) -> int:
         if len(argv) > 1 and name not in argv[1:]:
             continue
         # torch.randn's kernel is an elementwise one too: a copy case skips it and the warm-up copy.
-        regex, skip = ("regex:elementwise|copy", 2) if what == "copy" else ("regex:softmax", per_call)
+        regex, skip = {"copy": ("regex:elementwise|copy", 2), "backward": ("regex:softmax_backward", per_call)}.get(
+            what, ("regex:softmax", per_call))
         cmd = ["ncu", "--clock-control", "none", "--cache-control", os.environ.get("NCU_CACHE_CONTROL", "all"), "--csv", "--page", "details", "--launch-skip", str(skip),
                "--launch-count", str(per_call), "--kernel-name", regex]
         for s in SECTIONS:
