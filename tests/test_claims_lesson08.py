@@ -136,7 +136,13 @@ def test_the_split_on_long_rows(bench):
     text = cell_with(LESSON, "What the split does")
     h1, h2 = fair.loc["H100", "course"], fair.loc["H200", "course"]
     quotes(text, f"{h1.min():.2f} to {h1.max():.2f} of the copy on the H100, 0.85 or more at {(h1 >= 0.85).sum()} "
-                 f"of those {len(h1)} cells, and {h2.min():.2f} to {h2.max():.2f} on the H200")
+                 f"of those {len(h1)} cells, and {h2.min():.2f} to {h2.max():.2f} on the H200, 0.85 or more at "
+                 f"{(h2 >= 0.85).sum()} of {len(h2)}")
+    under = h2[h2 < 0.85]  # "the three H200 cells under 0.85 are bfloat16 rows of 256000 and 262144 columns"
+    quotes(text, f"The {['no', 'one', 'two', 'three', 'four'][len(under)]} H200 cells under 0.85 are bfloat16 rows of 256000 and "
+                 f"262144 columns ({under.min():.2f} to {under.max():.2f})")
+    assert set(under.index.get_level_values("dtype")) == {"bfloat16"}
+    assert set(under.index.get_level_values("N")) == {256000, 262144}
     sp = (frac.course / frac.course_looped).groupby(rows).agg(["min", "max"])
     quotes(text, f"{sp.loc['M >= 64', 'min']:.1f} to {sp.loc['M >= 64', 'max']:.1f} times as fast with 64 rows")
     quotes(text, f"{sp.loc['M <= 8', 'min']:.1f} to {sp.loc['M <= 8', 'max']:.1f} times with 8 rows")
@@ -154,6 +160,10 @@ def test_the_split_on_long_rows(bench):
     ratio = at_32k.liger_backward / at_32k.course
     quotes(text, f"is ahead at all {len(ratio)} cells, {ratio.min():.2f} to {ratio.max():.2f} times as fast")
     assert (ratio > 1).all()
+    bf256 = at_32k.xs(("bfloat16", 256), level=("dtype", "M"))  # "even the looped kernel is ahead of it"
+    quotes(text, f"({bf256.course_looped['H100']:.2f} and {bf256.course_looped['H200']:.2f} on the H100 and the H200, "
+                 f"against {bf256.course['H100']:.2f} and {bf256.course['H200']:.2f})")
+    assert (bf256.course_looped > bf256.course).all()
     at_32k_spread = both.query("N == 32000 and provider in ('course', 'liger_backward', 'copy')").graph_spread
     assert not data.noisy(at_32k_spread).any()
     spread = split.pivot_table(index=["gpu", "dtype", "M", "N"], columns="provider", values="graph_spread")
