@@ -134,13 +134,11 @@ def test_course_against_cudnn_the_fastest_sdpa_and_the_tutorial(shares, att):
                  f"(medians {c.loc[64, 'median']:.2f} and {c.loc[128, 'median']:.2f})")
     quotes(text, f"and {tut.loc[64, 'min']:.2f} to {tut.loc[64, 'max']:.2f} and {tut.loc[128, 'min']:.2f} to "
                  f"{tut.loc[128, 'max']:.2f} of the Triton tutorial's forward")
-    assert share_noisy["of cuDNN"].sum() == 0
-    quotes(text, "No fraction of cuDNN rests on a noisy timing")
-    quotes(text, f"the {share_noisy['of the tutorial'].sum()} fractions of the tutorial (and "
+    quotes(text, f"the {share_noisy['of cuDNN'].sum()} of cuDNN, the {share_noisy['of the tutorial'].sum()} of the tutorial (and "
                  f"{share_noisy['of the fastest SDPA'].sum()} of the fastest SDPA backend) out of {len(share)}")
     failed = att[att.provider.eq("tutorial") & att.status.str.startswith("wrong")][KEY].values.tolist()
-    assert failed == [["float16", 64, 0, 16384]]
-    quotes(text, "failed the float64 check at one shape (fp16, $D$ = 64, $S$ = 16K, not causal)")
+    assert failed == [["bfloat16", 64, 0, 16384]]
+    quotes(text, "failed the float64 check at one shape (bf16, $D$ = 64, $S$ = 16K, not causal)")
 
 
 def test_the_h200_agrees(both):
@@ -163,11 +161,12 @@ def test_the_descriptor_kernel_before_and_after(both):
     quotes(text, f"from {p.min():.2f} to {p.max():.2f} of cuDNN (the pointer kernel) to {c.min():.2f} to {c.max():.2f}")
     d64 = gain.xs(64, level="D")
     quotes(text, f"their ratio, {d64.min():.2f} to {d64.max():.2f}, is how far apart two timings")
-    assert g.loc[(128, 0), "min"] > d64.max() + 0.05  # without a mask, far outside the same-kernel band
-    low = gain.xs((128, 1), level=["D", "causal"])
-    low = low[low < d64.max() + 0.02]  # causal: the smallest gains, at the band's edge
-    quotes(text, "causal, its smallest gains (on the H200) are at its edge")
-    assert set(low.index.get_level_values("gpu")) == {"H200"} and low.min() > d64.max() - 0.01
+    assert g.loc[(128, 0), "min"] > d64.max() + 0.04  # without a mask, well outside the same-kernel band
+    quotes(text, "without a mask is well outside that band")
+    causal = gain.xs((128, 1), level=["D", "causal"]).dropna()
+    inside = causal[causal <= d64.max()]  # causal gains no larger than two timings of one kernel differ
+    quotes(text, f"causal, {len(inside)} of its {len(causal)} gains ({inside.min():.2f} to {inside.max():.2f}, on both GPUs) lie inside it")
+    assert set(inside.index.get_level_values("gpu")) == {"H100", "H200"} and inside.min() > d64.min()
     assert d64.min() > 0.9 and d64.max() < 1.1
     for D_, causal in ((64, False), (64, True)):  # "At D = 64 the library keeps the pointer kernel"
         assert tma_config(torch.float16, D_, causal) is None
@@ -184,19 +183,27 @@ def test_the_targets(both):
     text = cell_with(L, "What the recording shows")
     quotes(text, f"{len(misses)} of {len(clean)} cases miss one. {len(cud)} miss 0.90 of cuDNN, "
                  f"by {0.90 - cud['of cuDNN'].max():.3f} to {0.90 - cud['of cuDNN'].min():.3f}")
-    at4k, off = cud.query("S == 4096"), cud.query("S != 4096")
-    quotes(text, f"{len(at4k)} at $S$ = 4K, where a cost per program weighs most (measured below), and {len(off)} at 16K "
-                 f"({off['of cuDNN'].min():.3f} to {off['of cuDNN'].max():.3f})")
-    assert set(off.index.get_level_values("S")) == {16384}
-    at128 = cud.query("D == 128")["of the tutorial"].dropna()
-    quotes(text, f"at $D$ = 128 the course is {at128.min():.2f} to {at128.max():.2f} of the tutorial in those cases")
-    assert at128.min() >= 0.995  # "the tutorial is no closer to cuDNN there"
-    quotes(text, f"{len(tut)} miss the tutorial's speed within 2%, both in the H100's sweep at $D$ = 64 causal, at "
-                 f"{tut['of the tutorial'].min():.3f} to {tut['of the tutorial'].max():.3f} of it")
-    assert len(tut) == 2 and set(tut.index.droplevel(["dtype", "S"])) == {("H100", 64, 1)}
-    for g in ("h100", "h200"):  # the H100's sweep ran causal programs head by head, the H200's in groups
-        has_g1 = "course_g1" in set(data.load("attention", gpu=g).provider)
-        assert has_g1 == (g == "h200")
+    c128, c64 = cud.query("D == 128"), cud.query("D == 64")
+    quotes(text, f"{len(c128)} of them at $D$ = 128, with and without the mask, at 4K and 16K, and {len(c64)} at $D$ = 64, "
+                 f"by {0.90 - c64['of cuDNN'].max():.3f} to {0.90 - c64['of cuDNN'].min():.3f}")
+    assert set(c128.index.get_level_values("causal")) == {0, 1} and set(cud.index.get_level_values("S")) == {4096, 16384}
+    worst = sp[["course", "sdpa_cudnn"]].loc[c64.index].max().max()  # the D = 64 misses sit inside their rounds' spread
+    quotes(text, f"inside the rounds' spread of their timings (up to {worst:.1%})")
+    assert (0.90 - c64["of cuDNN"]).max() < sp[["course", "sdpa_cudnn"]].loc[c64.index].min(axis=1).min()
+    quotes(text, f"{len(cud.query('S == 4096'))} of the {len(cud)} are at $S$ = 4K")
+    t128, t64 = tut.query("D == 128"), tut.query("D == 64")
+    quotes(text, f"{len(tut)} miss the tutorial's speed within 2%, all on the H100: {len(t128)} at $D$ = 128 without a mask "
+                 f"({t128['of the tutorial'].min():.3f} to {t128['of the tutorial'].max():.3f} of it")
+    assert set(tut.index.get_level_values("gpu")) == {"H100"} and set(t128.index.get_level_values("causal")) == {0}
+    assert len(t64) == 1 and t64.index[0][1:] == ("float16", 64, 1, 16384)
+    quotes(text, f"one at $D$ = 64 causal 16K ({t64['of the tutorial'].iloc[0]:.3f})")
+    same = t.course_pointer / t.tutorial  # at D = 64 the same kernel as course, in the same rounds
+    quotes(text, f"runs at {same.loc[t64.index[0]]:.3f} of the tutorial there")
+    gain64 = (t.course / t.course_pointer).xs(64, level="D")
+    assert gain64.min() <= t64["of the tutorial"].iloc[0]  # inside the same-kernel band
+    for g in ("h100", "h200"):  # both sweeps ran the causal programs in groups, the head order beside them
+        assert "course_g1" in set(data.load("attention", gpu=g).provider)
+    quotes(cell_with(L, "The kernel is only worth its complexity"), "Both sweeps run the causal programs in the groups")
     failed = rows[rows.provider.eq("tutorial") & rows.status.str.startswith("wrong")]
     assert len(failed) == 2  # the two shapes with no fraction of the tutorial
 
@@ -228,7 +235,7 @@ def test_the_spreads_behind_the_claims(att, noisy, shares, both):
     share, share_noisy = shares
     assert share_noisy.any().any() and not share_noisy.all().any()  # some marked and left out, most kept
     frac, frac_noisy, *_ = both
-    assert len(frac) == 48 and frac_noisy.sum().to_dict() == {"of cuDNN": 0, "of the tutorial": 2, "pointer kernel, of cuDNN": 2}
+    assert len(frac) == 48 and frac_noisy.sum().to_dict() == {"of cuDNN": 5, "of the tutorial": 2, "pointer kernel, of cuDNN": 4}
 
 
 def test_the_tile_configuration_in_use():
@@ -374,3 +381,54 @@ def test_the_tutorials_tile(causes):
     ours = tiles[["tma_64_64_4_2", "tma_64_64_4_3"]].stack()
     quotes(text, f"ours runs at {ours.min():.3f} to {ours.max():.3f}")
     assert (ours_theirs - 1).abs().max() < 0.02 and ours.max() < tiles.tut_64_64_4_3.min()
+
+
+# --- What holds D = 128 back (attention_stageout_h100.csv, attention_ncu_h100.csv) ---------------
+
+
+def test_the_stages_left_out():
+    so = data.load("attention_stageout", gpu="h100")
+    ms = so.pivot_table(index=["dtype", "S"], columns="provider", values="graph_ms")
+    so_noisy = data.noisy(so.pivot_table(index=["dtype", "S"], columns="provider", values="graph_spread"))
+    stages = {"nosm": "no softmax", "noresc": "no rescale", "nomask": "no mask"}
+    left_out = ms[list(stages)].rdiv(ms.course, axis=0).rename(columns=stages)
+    left_out_noisy = so_noisy[list(stages)].apply(lambda col: col | so_noisy.course).rename(columns=stages)
+    left_out["no softmax, of cuDNN"] = ms.sdpa_cudnn / ms.nosm
+    left_out_noisy["no softmax, of cuDNN"] = so_noisy.nosm | so_noisy.sdpa_cudnn
+    c = left_out.where(~left_out_noisy)
+    text = cell_with(L, "Measured: without the softmax the kernel runs")
+    r = lambda col: (c[col].min(), c[col].max())  # noqa: E731
+    quotes(text, "without the softmax the kernel runs {:.3f} to {:.3f} times as fast".format(*r("no softmax")))
+    assert c["no softmax"].notna().xs(4096, level="S").all() and c["no softmax"].isna().xs(16384, level="S").all()
+    quotes(text, "{:.3f} to {:.3f} times cuDNN's speed".format(*r("no softmax, of cuDNN")))
+    assert c["no softmax, of cuDNN"].min() > 1  # the loads and products alone beat cuDNN
+    share = 1 - 1 / c["no softmax"]
+    quotes(text, f"takes {share.min():.1%} to {share.max():.1%} of the kernel's time")
+    quotes(text, "gains {:.3f} to {:.3f} times".format(*r("no rescale")))
+    quotes(text, "unmasked {:.3f} to {:.3f} times".format(*r("no mask")))
+    worst = so.query("provider in ['nomask', 'course']").graph_spread.max()
+    quotes(text, f"spread up to {worst:.1%}")
+    assert c["no softmax"].min() > max(c["no rescale"].max(), c["no mask"].max())  # the softmax first
+    assert worst < 0.10 and c["no mask"].max() - 1 < worst
+    quotes(prose(L), f"this kernel would run {c['no softmax, of cuDNN'].min():.2f} times cuDNN's speed")
+
+
+def test_the_counters():
+    ncu = data.load("attention_ncu", gpu="h100")
+    ncu["value"] = pd.to_numeric(ncu.value, errors="coerce")
+    prof = ncu.pivot_table(index=["case", "metric"], columns="provider", values="value")
+    ratio = (prof.course / prof.cudnn).round(3)
+    d128, d64 = "float16 S=16384 D=128 causal", "float16 S=16384 D=64 not causal"
+    text = cell_with(L, "cuDNN's kernel is persistent")
+    threads = prof.cudnn.loc[(d128, "Threads")]
+    quotes(text, f"{threads:,.0f} threads, {threads / 132:.0f} on each of the 132 SMs")
+    quotes(text, f"the course {ratio.loc[(d128, 'Executed Instructions')]:.3f} times as many")
+    quotes(text, f"the course {ratio.loc[(d128, 'Executed Ipc Active')]:.3f} times as many a cycle")
+    quotes(text, f"takes {ratio.loc[(d128, 'Elapsed Cycles')]:.3f} times its cycles")
+    hits = prof.loc[(d128, "L2 Hit Rate")]
+    quotes(text, f"({hits.min():.0f}% of requests hit)")
+    assert prof.loc[(d128, "DRAM Throughput")].max() < 5
+    quotes(text, "under 5% of the DRAM bandwidth")
+    quotes(text, f"({ratio.loc[(d64, 'Executed Ipc Active')]:.3f} times as many instructions a cycle)")
+    quotes(text, f"executes {ratio.loc[(d64, 'Executed Instructions')]:.3f} times as many instructions, and takes "
+                 f"{ratio.loc[(d64, 'Elapsed Cycles')]:.3f} times its cycles")
