@@ -118,7 +118,9 @@ async function openPage(rel) {
   assert.equal(resp.status(), 200, `${rel}: HTTP ${resp.status()}`);
   await page.waitForSelector("html[data-math=done]", { timeout: TIMEOUT });
   await page.evaluate(() => document.fonts.ready);
-  await page.waitForLoadState("networkidle");
+  // every image decoded (not "networkidle": on the long pages Chromium at times never reports it, with no
+  // request pending, and the wait ran out though everything had loaded)
+  await page.waitForFunction(() => [...document.images].every((i) => i.complete));
   return { page, problems };
 }
 
