@@ -232,7 +232,7 @@ def test_transposed_bshd_layout_needs_no_copy():
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(B, S, H, D, generator=g).to(DEVICE).transpose(1, 2) for _ in range(3))
     plan = A.attention_plan(q, k, v)
-    assert not plan.copy and plan.grid == (math.ceil(S / plan.config.block_m) * H * B,) and plan.args[-3:-1] == (H, 1)
+    assert not plan.copy and plan.grid == (math.ceil(S / plan.config.block_m), H, B) and plan.args[-3:-1] == (H, 1)
     out, lse = helpers.attention(q, k, v, return_lse=True)
     assert out.is_contiguous()
     assert_close(out, lse, q, k, v)
@@ -315,8 +315,9 @@ def test_plan_grid_and_config():
     tma = A.tma_config(torch.float16, 64, False)
     assert p.kernel == ("tma" if tma and A.tma_eligible(q, (q, k, v), [(0, 0)] * 3) else "pointer")
     c = tma if p.kernel == "tma" else A.attention_config(torch.float16, 64)
-    assert p.config == c and p.grid == (math.ceil(70 / c.block_m) * 6,)
-    assert p.args[-3:-1] == (6, 1)  # n_heads (the leading dims merge into one), heads per group (not causal: 1)
+    assert p.config == c and p.grid == (math.ceil(70 / c.block_m), 6, 1)  # the 3-D grid: not causal
+    assert p.args[-3:-1] == (6, 1)  # n_heads (the leading dims merge into one), heads per group (unused: 1)
+    assert p.constexprs["GROUPED"] is False
     assert p.constexprs["HEAD_DIM"] == 64 and p.constexprs["CAUSAL"] is False
     assert p.args[-1] == pytest.approx(A.LOG2E / 8)  # scale * log2(e)
     for dtype in DTYPES:
@@ -339,7 +340,66 @@ def test_heads_per_group():
         A.attention_plan(q, k, v, causal=True, group=0)
 
 
+def test_the_plan_picks_the_grid(monkeypatch):
+    """Causal with at most GROUPED_MAX_SEQ queries: the 1-D grid in heads_per_group's groups. Longer,
+    or without a mask: the 3-D grid (query blocks, H, Z). A group passed in always gives the 1-D grid."""
+    assert A.GROUPED_MAX_SEQ == 8192
+    q, k, v = make((2, 3), 40, 40, 16)
+    num_m = math.ceil(40 / A.attention_config(q.dtype, 16).block_m)
+    p = A.attention_plan(q, k, v, causal=True)
+    assert p.grid == (num_m * 6,) and p.constexprs["GROUPED"] is True
+    assert p.args[-2] == A.heads_per_group(40, 16, 4, True, 6)
+    p = A.attention_plan(q, k, v, causal=False)
+    assert p.grid == (num_m, 6, 1) and p.constexprs["GROUPED"] is False
+    p = A.attention_plan(q, k, v, causal=False, group=2)
+    assert p.grid == (num_m * 6,) and p.constexprs["GROUPED"] is True and p.args[-2] == 2
+    monkeypatch.setattr(A, "GROUPED_MAX_SEQ", 39)  # 40 queries: past the bound
+    p = A.attention_plan(q, k, v, causal=True)
+    assert p.grid == (num_m, 6, 1) and p.constexprs["GROUPED"] is False
+    monkeypatch.undo()
+    for S, grouped in ((A.GROUPED_MAX_SEQ, True), (A.GROUPED_MAX_SEQ + 1, False)):  # at the bound, past it
+        q, k, v = make((1, 2), S, S, 16)
+        assert A.attention_plan(q, k, v, causal=True).constexprs["GROUPED"] is grouped
+
+
+@pytest.mark.parametrize("kernel", ["pointer", "tma"])
+def test_the_3d_grid_causal(kernel, monkeypatch):
+    """Causal inputs longer than GROUPED_MAX_SEQ run the 3-D grid; lowered here so that the
+    interpreter runs it, in both kernels, against float64."""
+    monkeypatch.setattr(A, "GROUPED_MAX_SEQ", 16)
+    q, k, v = make((2, 3), 45, 45, 32, dtype=torch.float16, seed=13)
+    plan = A.attention_plan(q, k, v, True, None, True, config=TMA_SMALL[0] if kernel == "tma" else None, kernel=kernel)
+    assert len(plan.grid) == 3 and plan.constexprs["GROUPED"] is False
+    out, lse = A._launcher(plan, q, k, v)(q, k, v)
+    assert_close(out, lse, q, k, v, causal=True)
+
+
 query_block_and_head = A.query_block_and_head
+program_block = A.program_block
+
+
+@triton.jit
+def _block_kernel(out_ptr, num_m, n_heads, CAUSAL: tl.constexpr):
+    pid = tl.program_id(0) + tl.num_programs(0) * (tl.program_id(1) + tl.num_programs(1) * tl.program_id(2))
+    start_m, h, z = program_block(num_m, n_heads, 1, CAUSAL, False)
+    tl.store(out_ptr + 3 * pid, start_m)
+    tl.store(out_ptr + 3 * pid + 1, h)
+    tl.store(out_ptr + 3 * pid + 2, z)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_3d_grid_covers_every_block_once(causal):
+    """program_block on the 3-D grid (query blocks, H, Z): every (query block, head, batch element)
+    once, a head's query blocks along the first dimension, in order or, causal, last first."""
+    num_m, H, Z = 5, 3, 2
+    got = torch.zeros(num_m * H * Z * 3, dtype=torch.int32, device=DEVICE)
+    _block_kernel[(num_m, H, Z)](got, num_m, H, CAUSAL=causal)
+    triples = [tuple(t) for t in got.view(-1, 3).tolist()]
+    assert sorted(triples) == [(m, h, z) for m in range(num_m) for h in range(H) for z in range(Z)]
+    for i in range(0, len(triples), num_m):  # one head at a time along the first dimension
+        head = triples[i:i + num_m]
+        assert len({(h, z) for _, h, z in head}) == 1
+        assert [m for m, _, _ in head] == sorted(range(num_m), reverse=causal)
 
 
 @triton.jit
@@ -491,7 +551,8 @@ names = ["stride_qz", "stride_qh", "stride_qm", "stride_qd", "stride_kz", "strid
          "stride_vz", "stride_vh", "stride_vn", "stride_vd", "seq_q", "seq_k", "n_heads", "heads_per_group"]
 out = []
 tma_names = [n for n in names if not n.endswith("d")]
-for dt, d, causal, cfg in json.loads(sys.argv[3]):
+for dt, d, causal, cfg, *grouped in json.loads(sys.argv[3]):  # grouped: the 1-D grid (default: causal)
+    grouped = grouped[0] if grouped else causal
     bm, bn, warps, stages = cfg[:4]
     ptr = {"float16": "*fp16", "bfloat16": "*bf16", "float32": "*fp32"}[dt]
     dot = {"float16": tl.float16, "bfloat16": tl.bfloat16, "float32": tl.float32}[dt]
@@ -499,11 +560,11 @@ for dt, d, causal, cfg in json.loads(sys.argv[3]):
     sig = {"out_ptr": ptr, "lse_ptr": "*fp32", "q_ptr": ptr, "k_ptr": ptr, "v_ptr": ptr,
            **{n: "i32" for n in (tma_names if tma else names)}, "qk_scale": "fp32"}
     if tma:
-        consts = dict(HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal, WRITE_LSE=True, DOT=dot, NEG_SCALE=False,
-                      WARP_SPECIALIZE=cfg[4], MASKED=True)
+        consts = dict(HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal, GROUPED=grouped, WRITE_LSE=True, DOT=dot,
+                      NEG_SCALE=False, WARP_SPECIALIZE=cfg[4], MASKED=True)
         attrs = {(i,): [["tt.divisibility", 16]] for i in range(16)}
     else:
-        consts = dict(HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal, WRITE_LSE=True, DOT=dot,
+        consts = dict(HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal, GROUPED=grouped, WRITE_LSE=True, DOT=dot,
                       PRECISION="ieee" if dt == "float32" else "tf32", stride_qd=1, stride_kd=1, stride_vd=1)
         # what a launch on 16-byte aligned, contiguous inputs tells the compiler
         attrs = {(i,): [["tt.divisibility", 16]] for i in (0, 1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 13, 14, 15, 17, 18)}
@@ -561,6 +622,8 @@ def test_kernel_compiles_for_an_h100_without_spills(tmp_path):
                 tma = A.tma_config(dt, d, causal)
                 if tma is not None:
                     cases.append([str(dt).replace("torch.", ""), d, causal, list(tma)])
+                    if causal:  # long causal sequences: the 3-D grid
+                        cases.append([str(dt).replace("torch.", ""), d, causal, list(tma), False])
     assert any(len(c[3]) == 5 for c in cases)
     for c in _compile_for_sm90(cases, tmp_path):
         assert c["shared"] <= 227 * 1024, c

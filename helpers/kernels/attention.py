@@ -56,23 +56,41 @@ def query_block_and_head(pid, num_m, heads_per_group, CAUSAL: tl.constexpr):
 
 
 @triton.jit
+def program_block(num_m, n_heads, heads_per_group, CAUSAL: tl.constexpr, GROUPED: tl.constexpr):
+    """This program's query block, head h and batch element z. GROUPED: the 1-D grid, in
+    query_block_and_head's order. Else the 3-D grid (query blocks, H, Z), which the GPU starts with
+    the first dimension fastest: one head's query blocks side by side, in order, or causal last
+    (longest) first, then the next head's."""
+    if GROUPED:
+        start_m, hz = query_block_and_head(tl.program_id(0), num_m, heads_per_group, CAUSAL)
+        h = hz % n_heads
+        z = hz // n_heads
+    else:
+        start_m = tl.program_id(0)
+        if CAUSAL:
+            start_m = num_m - 1 - start_m
+        h = tl.program_id(1)
+        z = tl.program_id(2)
+    return start_m, h.to(tl.int64), z.to(tl.int64)
+
+
+@triton.jit
 def attention_fwd_kernel(
     out_ptr, lse_ptr, q_ptr, k_ptr, v_ptr,
     stride_qz, stride_qh, stride_qm, stride_qd,
     stride_kz, stride_kh, stride_kn, stride_kd,
     stride_vz, stride_vh, stride_vn, stride_vd,
     seq_q, seq_k,
-    n_heads, heads_per_group,  # H (heads per batch element); heads ordered together
+    n_heads, heads_per_group,  # H (heads per batch element); heads ordered together (1-D grid)
     qk_scale,  # scale * log2(e): the kernel works with exp2
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, WRITE_LSE: tl.constexpr,
+    GROUPED: tl.constexpr,  # the 1-D grid in query_block_and_head's order; else the 3-D grid (query blocks, H, Z)
     DOT: tl.constexpr,  # the type tl.dot multiplies: the inputs' own on a GPU, fp32 in the interpreter
     PRECISION: tl.constexpr,  # "ieee" for fp32 inputs (no TF32 rounding)
 ):
     # This program: query rows [start_m * BLOCK_M, (start_m + 1) * BLOCK_M) of head h of batch z.
-    start_m, hz = query_block_and_head(tl.program_id(0), tl.cdiv(seq_q, BLOCK_M), heads_per_group, CAUSAL)
-    h = (hz % n_heads).to(tl.int64)
-    z = (hz // n_heads).to(tl.int64)
+    start_m, h, z = program_block(tl.cdiv(seq_q, BLOCK_M), n_heads, heads_per_group, CAUSAL, GROUPED)
     q_ptr += z * stride_qz + h * stride_qh
     k_ptr += z * stride_kz + h * stride_kh
     v_ptr += z * stride_vz + h * stride_vh
@@ -134,6 +152,7 @@ def attention_fwd_tma_kernel(
     qk_scale,  # scale * log2(e), as in attention_fwd_kernel
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, WRITE_LSE: tl.constexpr,
+    GROUPED: tl.constexpr,  # the 1-D grid in query_block_and_head's order; else the 3-D grid (query blocks, H, Z)
     DOT: tl.constexpr,  # the inputs' own type on a GPU, fp32 in the interpreter
     NEG_SCALE: tl.constexpr,  # qk_scale < 0: the row max of the scaled scores is the scale times the row min
     WARP_SPECIALIZE: tl.constexpr,  # split the unmasked loop into a loading and a computing partition
@@ -143,9 +162,7 @@ def attention_fwd_tma_kernel(
     # and the output move through tensor descriptors (TMA: one instruction copies a whole tile into
     # shared memory; rows past the end of a head read as zeros, and the store skips them), made here
     # per head from its base pointer, shape and row stride (the last stride must be 1).
-    start_m, hz = query_block_and_head(tl.program_id(0), tl.cdiv(seq_q, BLOCK_M), heads_per_group, CAUSAL)
-    h = (hz % n_heads).to(tl.int64)
-    z = (hz // n_heads).to(tl.int64)
+    start_m, h, z = program_block(tl.cdiv(seq_q, BLOCK_M), n_heads, heads_per_group, CAUSAL, GROUPED)
     q_desc = tl.make_tensor_descriptor(q_ptr + z * stride_qz + h * stride_qh, shape=[seq_q, HEAD_DIM],
                                        strides=[stride_qm, 1], block_shape=[BLOCK_M, HEAD_DIM])
     k_desc = tl.make_tensor_descriptor(k_ptr + z * stride_kz + h * stride_kh, shape=[seq_k, HEAD_DIM],
@@ -269,6 +286,9 @@ _TMA_DEFAULT = TmaConfig(128, 64, 8, 3, False)  # when the TMA kernel is asked f
 #: A causal grid runs its programs longest first within groups of heads whose keys and values take
 #: at most this many bytes together: a third of the H100's and H200's 50 MB L2 cache.
 GROUP_KV_BYTES = 16 * 2**20
+#: Causal grids of at most this many queries run in that order, a 1-D grid (query_block_and_head);
+#: longer ones, where it gains nothing, and grids without a mask run the 3-D grid (query blocks, H, Z).
+GROUPED_MAX_SEQ = 8192
 
 
 def heads_per_group(seq_k, head_dim, itemsize, causal, n_heads_all):
@@ -281,6 +301,12 @@ def heads_per_group(seq_k, head_dim, itemsize, causal, n_heads_all):
     if not causal:
         return 1
     return max(1, min(n_heads_all, GROUP_KV_BYTES // (2 * max(seq_k, 1) * head_dim * itemsize)))
+
+
+def _grid(seq_q, block_m, H, Z, group):
+    """The 1-D grid of query_block_and_head's order when there is a group, else the 3-D grid."""
+    num_m = triton.cdiv(seq_q, block_m)
+    return (num_m, H, Z) if group is None else (num_m * H * Z,)
 
 
 def tma_eligible(q, views, lead_strides, interpreter=INTERPRETER):
@@ -305,12 +331,12 @@ def _tma_plan(q, k, views, lead_strides, Z, H, group, causal, scale, return_lse,
     args = []
     for (stride_z, stride_h), t in zip(lead_strides, views):
         args += [stride_z, stride_h, t.stride(-2)]
-    args += [seq_q, seq_k, H, group, scale * LOG2E]
-    constexprs = dict(HEAD_DIM=d, BLOCK_M=config.block_m, BLOCK_N=config.block_n, CAUSAL=causal,
+    args += [seq_q, seq_k, H, group or 1, scale * LOG2E]  # group: unused by the 3-D grid
+    constexprs = dict(HEAD_DIM=d, BLOCK_M=config.block_m, BLOCK_N=config.block_n, CAUSAL=causal, GROUPED=group is not None,
                       WRITE_LSE=return_lse, DOT=tl.float32 if INTERPRETER else _TL[q.dtype],
                       NEG_SCALE=scale < 0, WARP_SPECIALIZE=config.warp_specialize,
                       MASKED=causal or seq_k % config.block_n != 0)
-    return AttentionPlan(grid=(triton.cdiv(seq_q, config.block_m) * H * Z,), config=config, args=tuple(args),
+    return AttentionPlan(grid=_grid(seq_q, config.block_m, H, Z, group), config=config, args=tuple(args),
                          constexprs=constexprs, copy=copy, out_shape=tuple(q.shape), lse_shape=tuple(q.shape[:-1]),
                          empty=q.numel() == 0 or seq_k == 0, kernel="tma")
 
@@ -428,8 +454,9 @@ def attention_plan(q, k, v, causal=False, scale=None, return_lse=False, config=N
     """Everything attention() decides from the inputs' dtypes, shapes, strides and device (after
     checking them): the kernel, the grid, the tiles, the strides the kernel gets. attention() caches
     it per key. kernel: "tma" or "pointer" to force one (tests, benchmarks); None: "tma" where
-    tma_eligible says it can run, else "pointer". group: the heads ordered together (tests,
-    benchmarks); None: heads_per_group's."""
+    tma_eligible says it can run, else "pointer". group: the heads ordered together in the 1-D
+    grid (tests, benchmarks); None: heads_per_group's when causal with at most GROUPED_MAX_SEQ
+    queries, else the 3-D grid."""
     check_attention_inputs(q, k, v, causal, scale, return_lse)
     *lead, seq_q, d = q.shape
     seq_k = k.shape[-2]
@@ -444,10 +471,10 @@ def attention_plan(q, k, v, causal=False, scale=None, return_lse=False, config=N
             raise ValueError(f"attention: {math.prod(lead)} heads in all are more than one launch can take; "
                              f"call attention on smaller batches.")
     _, Z, H, lead_strides = split
-    if group is None:
+    if group is None and causal and seq_q <= GROUPED_MAX_SEQ:  # where the longest-first order pays
         group = heads_per_group(seq_k, d, q.element_size(), causal, Z * H)
-    if not (isinstance(group, int) and group >= 1):
-        raise ValueError(f"attention_plan: group must be a positive int, got {group!r}.")
+    if not (group is None or isinstance(group, int) and group >= 1):
+        raise ValueError(f"attention_plan: group must be a positive int or None, got {group!r}.")
     if kernel is None:
         kernel = "tma" if tma_config(q.dtype, d, causal) and tma_eligible(q, views, lead_strides) else "pointer"
     if kernel not in ("tma", "pointer"):
@@ -464,12 +491,12 @@ def attention_plan(q, k, v, causal=False, scale=None, return_lse=False, config=N
     args = []
     for (stride_z, stride_h), t in zip(lead_strides, views):
         args += [stride_z, stride_h, t.stride(-2), t.stride(-1)]
-    args += [seq_q, seq_k, H, group, scale * LOG2E]
+    args += [seq_q, seq_k, H, group or 1, scale * LOG2E]  # group: unused by the 3-D grid
     interp_or_fp32 = INTERPRETER or q.dtype == torch.float32
-    constexprs = dict(HEAD_DIM=d, BLOCK_M=config.block_m, BLOCK_N=config.block_n, CAUSAL=causal,
+    constexprs = dict(HEAD_DIM=d, BLOCK_M=config.block_m, BLOCK_N=config.block_n, CAUSAL=causal, GROUPED=group is not None,
                       WRITE_LSE=return_lse, DOT=tl.float32 if interp_or_fp32 else _TL[q.dtype],
                       PRECISION="ieee" if interp_or_fp32 else "tf32")
-    return AttentionPlan(grid=(triton.cdiv(seq_q, config.block_m) * H * Z,), config=config, args=tuple(args),
+    return AttentionPlan(grid=_grid(seq_q, config.block_m, H, Z, group), config=config, args=tuple(args),
                          constexprs=constexprs, copy=copy, out_shape=tuple(q.shape), lse_shape=tuple(q.shape[:-1]),
                          empty=q.numel() == 0 or seq_k == 0)
 
