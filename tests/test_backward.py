@@ -115,6 +115,89 @@ def test_long_rows_are_split_across_programs():
     assert backward_plan(helpers.launch.Rows.of(y, dy)).launches[0].kernel is helpers.kernels.softmax_backward_tiled_kernel
 
 
+def test_the_tile_rule_and_its_exceptions():
+    """backward_tiled_config batches short rows to 4096 elements at about 16 a thread; a float32 row of
+    more than 8192 columns takes 8 warps; rows that fit go to the split only where every slice of every
+    row gets an SM of its own, and never a row of one slice."""
+    from helpers.kernels.backward import backward_splits_few_rows, backward_tiled_config
+
+    assert backward_tiled_config(1024, 4) == (4, 8) and backward_tiled_config(100, 2) == (32, 8)
+    assert backward_tiled_config(8192, 4) == (1, 16) and backward_tiled_config(8192, 2) == (1, 16)
+    for n in (8193, 12672, 16384, 32000, 32768):
+        assert backward_tiled_config(n, 4) == (1, 8)
+        assert backward_tiled_config(n, 2) == (1, 32)  # 16-bit rows keep 32 warps
+        assert backward_tiled_config(n, 8)[1] == 32  # float64 too (8 warps would spill its doubles)
+    assert backward_splits_few_rows(1, 32000, 4, 132) and backward_splits_few_rows(16, 32000, 2, 132)
+    assert not backward_splits_few_rows(17, 32000, 4, 132) and not backward_splits_few_rows(64, 32000, 2, 132)
+    assert not backward_splits_few_rows(1, 4096, 4, 132)  # one slice: nothing to spread
+    assert backward_splits_few_rows(66, 4097, 4, 132) and not backward_splits_few_rows(4096, 32768, 4, 132)
+    y, dy = pair((8, 32000), scale=1.0)
+    plan = backward_plan(helpers.launch.Rows.of(y, dy))
+    if helpers.ON_GPU:  # 8 rows x 8 slices <= the SMs of any GPU the course runs on
+        assert plan.launches[0].kernel is helpers.kernels.softmax_backward_coop_kernel
+    else:  # the interpreter keeps the tiled kernel (the split would hand over to the looped one)
+        assert plan.launches[0].kernel is helpers.kernels.softmax_backward_tiled_kernel
+        assert plan.launches[0].num_warps == 8
+    assert_backward_ok(helpers.softmax_backward(y, dy), y, dy)
+
+
+_COMPILE_TILE = r'''
+import json, os, re, subprocess, sys
+os.environ.pop("TRITON_INTERPRET", None)
+import triton, triton.language as tl
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+src = open(sys.argv[1]).read()
+start = src.index("@triton.jit\ndef softmax_backward_tiled_kernel")
+end = src.index("@triton.jit\ndef softmax_backward_looped_kernel")
+open(os.path.join(sys.argv[2], "tile_kernel_only.py"), "w").write("import triton\nimport triton.language as tl\n\n" + src[start:end])
+sys.path.insert(0, sys.argv[2])
+import tile_kernel_only as K
+ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas-blackwell")
+ints = ["y_row_stride", "dy_row_stride", "dx_row_stride", "n_rows", "n_cols"]
+out = []
+for block_n, warps in json.loads(sys.argv[3]):
+    sig = {"dx_ptr": "*fp32", "y_ptr": "*fp32", "dy_ptr": "*fp32", **{n: "i32" for n in ints},
+           **{n: "constexpr" for n in ("y_col_stride", "dy_col_stride", "BLOCK_M", "BLOCK_N", "ACC")}}
+    consts = dict(y_col_stride=1, dy_col_stride=1, BLOCK_M=1, BLOCK_N=block_n, ACC=tl.float32)
+    k = triton.compile(ASTSource(fn=K.softmax_backward_tiled_kernel, signature=sig, constexprs=consts,
+                                 attrs={(i,): [["tt.divisibility", 16]] for i in (0, 1, 2, 3, 5, 7, 8, 9)}),
+                       target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps))
+    ptx = os.path.join(sys.argv[2], "k.ptx")
+    open(ptx, "w").write(k.asm["ptx"])
+    r = subprocess.run([ptxas, "-v", "--gpu-name", "sm_90a", ptx, "-o", ptx + ".cubin"], capture_output=True, text=True)
+    m = re.search(r"(\d+) bytes spill stores", r.stderr)
+    out.append({"block_n": block_n, "warps": warps, "spills": int(m.group(1)) if m else None})
+print(json.dumps(out))
+'''
+
+
+def test_the_float32_long_row_tile_compiles_for_an_h100(tmp_path):
+    """Lesson 08's claims about the float32 one-row tile, compiled for sm_90a by this Triton (no GPU
+    needed): at 8 warps a row of 16384 columns stays in registers; at 32768 columns (y and dy fill an SM's
+    65536 registers) every warp count spills a few bytes a thread, 8 warps no more than 128."""
+    import json
+    import os
+
+    if helpers.ON_GPU:
+        pytest.skip("compiles for sm_90a without a GPU")
+    pytest.importorskip("triton.backends.nvidia")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_DEFAULT_FP_FUSION"] = "1"
+    cases = [[16384, 8], [32768, 8], [32768, 16], [32768, 32]]
+    r = subprocess.run([sys.executable, "-c", _COMPILE_TILE, str(ROOT / "helpers" / "kernels" / "backward.py"),
+                        str(tmp_path), json.dumps(cases)], capture_output=True, text=True, env=env, timeout=600)
+    if r.returncode != 0 and ("GPUTarget" in r.stderr or "No module named" in r.stderr):
+        pytest.skip("this Triton cannot compile for a CUDA target here: " + r.stderr.strip().splitlines()[-1])
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = {(c["block_n"], c["warps"]): c["spills"] for c in json.loads(r.stdout.strip().splitlines()[-1])}
+    if None in got.values():
+        pytest.skip("no ptxas to count spills with")
+    assert got[(16384, 8)] == 0, got
+    assert all(got[(32768, w)] > 0 for w in (8, 16, 32)), got
+    assert got[(32768, 8)] <= 128, got
+
+
 def test_the_split_backward_everywhere_it_runs():
     # On the CPU it hands over to the looped kernel; float64 does so on a GPU too.
     for dtype in (torch.float32, torch.bfloat16, torch.float64):

@@ -174,6 +174,27 @@ def test_the_split_on_long_rows(bench):
     assert (frac.course / frac.course_looped)[calm].groupby(rows[calm.values]).agg(["min", "max"]).round(1).equals(sp.round(1))
 
 
+def test_the_tile_rule_exceptions():
+    """The two exceptions to the tile rule, as the prose states them, against the library's rule and the
+    recorded GPU's limits (both recorded GPUs have 132 SMs and 65536 registers an SM)."""
+    from helpers.kernels.backward import backward_splits_few_rows, backward_tiled_config
+
+    props = data.load("device_props")
+    sms, regs = int(props.sm_count[0]), int(props.regs_per_sm[0])
+    text = cell_with(LESSON, "Two exceptions concern long rows")
+    quotes(text, f"holds {2 * 16384} values of $y$ and $dy$ or more, half of an SM's {regs} registers")
+    quotes(text, f"At 32768 columns the tile alone is {2 * 32768} values, the whole register file")
+    assert 2 * 32768 == regs
+    quotes(text, f"keep 8 of {sms} SMs busy")
+    assert backward_tiled_config(32000, 4) == (1, 8) and backward_tiled_config(8193, 4) == (1, 8)
+    assert backward_tiled_config(8192, 4)[1] != 8 and backward_tiled_config(32000, 2) == (1, 32)
+    both = pd.concat([data.load("backward", gpu=g) for g in ("h100", "h200")])
+    held = sorted(set(both.query("N == 32000").M))
+    split = [m for m in held if backward_splits_few_rows(m, 32000, 4, sms)]
+    assert split == [m for m in held if backward_splits_few_rows(m, 32000, 2, sms)]
+    quotes(cell_with(LESSON, "What the split does"), f"the split at {' and '.join(map(str, split))} rows")
+
+
 def triton_next_pow2(n: int) -> int:
     return 1 << (n - 1).bit_length()
 

@@ -6,7 +6,7 @@ import triton
 import triton.language as tl
 
 from helpers.checks import check_tensor
-from helpers.device import compiled_occupancy
+from helpers.device import compiled_occupancy, sm_count
 from helpers.launch import (IN, IN2, OUT, WS, Launch, Plan, RowSoftmax2, acc_dtype, check_block_size,
                             check_positive_int)
 from helpers.kernels.split import MAX_SPIN, resident_rows_per_round, wait_for_row  # lesson 06's wait
@@ -135,10 +135,13 @@ def check_backward_inputs(y, dy):
         raise ValueError(f"dy is on device '{dy.device}' but y is on '{y.device}': move it with dy.to(y.device).")
 
 
-def backward_tiled_config(n_cols):
-    """(rows per program, warps) for rows of n_cols columns: short rows are batched until a program
-    holds 4096 elements of each input, with about 16 elements of each per thread (32 warps at most)."""
+def backward_tiled_config(n_cols, element_size):
+    """(rows per program, warps) for rows of n_cols columns of element_size bytes: short rows are batched
+    until a program holds 4096 elements of each input, with about 16 elements of each per thread (32 warps
+    at most); a float32 row of more than 8192 columns takes 8 warps."""
     block_n = triton.next_power_of_2(max(n_cols, 1))
+    if element_size == 4 and block_n >= 16384:  # one program per SM at any warps: fewer, fuller threads
+        return 1, 8
     block_m = max(1, min(64, 4096 // block_n))
     return block_m, min(32, max(1, block_m * block_n // (32 * 16)))
 
@@ -154,7 +157,7 @@ def backward_tiled_plan(rows, block_m=None, num_warps=None):
             f"softmax_backward_tiled holds whole rows of y and dy on chip, and rows of {rows.n_cols} columns "
             f"are longer than its limit of {BACKWARD_TILED_MAX_COLS}: use helpers.softmax_backward(y, dy)."
         )
-    bm, warps = backward_tiled_config(rows.n_cols)
+    bm, warps = backward_tiled_config(rows.n_cols, rows.element_size)
     bm = bm if block_m is None else block_m
     return Plan([Launch(
         softmax_backward_tiled_kernel,
@@ -225,11 +228,22 @@ def backward_coop_plan(rows, slice_cols=None, num_warps=None):
     )
 
 
+def backward_splits_few_rows(n_rows, n_cols, element_size, sms):
+    """Whether rows that fit on chip are better split: a row spans more than one of the split's slices,
+    and there are so few rows that every slice of every row gets an SM of its own."""
+    slices = triton.cdiv(n_cols, backward_coop_config(element_size)[0])
+    return slices > 1 and n_rows * slices <= sms
+
+
 def backward_plan(rows):
-    """What ``softmax_backward`` launches: the tiled kernel while rows fit on chip, else the split."""
-    if rows.n_cols <= BACKWARD_TILED_MAX_COLS:
-        return backward_tiled_plan(rows)
-    return backward_coop_plan(rows)
+    """What ``softmax_backward`` launches: the tiled kernel while rows fit on chip, unless so few rows
+    would leave most SMs idle (``backward_splits_few_rows``); longer rows, the split."""
+    if rows.n_cols > BACKWARD_TILED_MAX_COLS:
+        return backward_coop_plan(rows)
+    if (ON_GPU and rows.dtype != torch.float64
+            and backward_splits_few_rows(rows.n_rows, rows.n_cols, rows.element_size, sm_count(rows.device.index))):
+        return backward_coop_plan(rows)
+    return backward_tiled_plan(rows)
 
 
 _backward = RowSoftmax2(backward_plan, "softmax_backward", check_backward_inputs)
