@@ -8,7 +8,7 @@ import re
 import helpers
 import pandas as pd
 import pytest
-from claims import cell_with, prose, quotes
+from claims import cell_with, code_cell_with, prose, quotes
 from bench import HELD_OUT_SHAPES as HELD_OUT  # tools/bench.py's shapes
 from helpers import data, lesson05
 
@@ -139,7 +139,7 @@ def test_tuning_summary_and_stages(ok):
 def test_fractions_above_one_are_explained(bench):
     text = cell_with(L, "Fractions above 1.0 are not faster than memory")
     quotes(text, f"{PROPS['l2_bytes'] / 2**20:.0f} MiB L2")
-    quotes(text, f"{4096 * 1024 * 4 / 2**20:.0f} MiB (4096 × 1024 float32)")
+    quotes(text, f"{4096 * 1024 * 4 / 2**20:.0f} and {4096 * 2048 * 4 / 2**20:.0f} MiB (4096 × 1024 and 4096 × 2048 float32)")
     quotes(text, f"{PROPS['copy_graph_gbps_1GiB'] / 1000:.2f} TB/s")
     quotes(text, f"about {PROPS['copy_gbps_1GiB'] / 1000:.1f} eager")
     copy = bench.query("provider == 'copy' and dtype == 'float32'")
@@ -148,7 +148,7 @@ def test_fractions_above_one_are_explained(bench):
     quotes(text, "4096 × 32768 and 300 × 100000 float32, "
                  f"{4096 * 32768 * 4 / 2**20:.0f} and {300 * 100000 * 4 / 2**20:.0f} MiB")
     above = bench.query("status == 'ok' and graph_frac >= 1.015 and dtype == 'float32'")  # shown as 1.02 or more
-    in_l2 = {(4096, 1024), (16384, 384), (2048, 3000), (777, 12000)}  # 16 to 36 MiB a tensor: L2 holds much of it
+    in_l2 = {(4096, 1024), (4096, 2048), (16384, 384), (2048, 3000), (777, 12000)}  # 16 to 36 MiB a tensor: L2 holds much of it
     assert set(zip(above.M, above.N)) <= in_l2 | set(zip(slow.M, slow.N))  # ... or the copy is slow
     assert all(16 <= M * N * 4 / 2**20 <= 36 for M, N in in_l2)
     held = cell_with(L, "Fractions above 1.0 here come from L2 again")
@@ -199,18 +199,17 @@ def test_peers_at_m_4096(bench):
     quotes(text, f"(ratio {behind.ratio[1024]:.2f})")
     quotes(text, f"(eager ratio {behind['eager ratio'][1024]:.2f})")
     assert behind["eager ratio"][1024] > 1
-    behind16 = b16[b16.verdict == "behind"]
-    assert list(behind16.index) == [12672] and behind16["best peer"].tolist() == ["liger"] and not behind16.noisy.any()
-    quotes(text, f"by a few percent ({behind16.ratio[12672]:.2f})")
+    assert (b16.verdict != "behind").all()  # level (within 2%) or ahead at every N
+    quotes(text, "In bfloat16 it is level with the best peer or ahead at every size, 4096 × 12672 included")
 
 
 def test_peers_on_held_out_shapes(bench):
-    text = cell_with(L, "`helpers.softmax` is behind Liger-Kernel at three of five")
+    text = cell_with(L, "`helpers.softmax` is behind Liger-Kernel at four of five in float32 and three of five in bfloat16")
     worst = {}
     for d in ("float32", "bfloat16"):
         cmp = against_peers(bench.query("dtype == @d and group == 'held-out'"))
         behind = cmp[cmp.verdict == "behind"]
-        assert len(behind) == 3 and len(cmp) == 5 and (behind["best peer"] == "liger").all() and not behind.noisy.any()
+        assert len(behind) == {"float32": 4, "bfloat16": 3}[d] and len(cmp) == 5 and (behind["best peer"] == "liger").all() and not behind.noisy.any()
         worst[d] = behind.ratio.min()
         assert cmp.loc[(300, 100000), "verdict"] == "ahead"
     quotes(text, f"ratios down to {worst['float32']:.2f} in float32 and {worst['bfloat16']:.2f} in bfloat16")
@@ -313,3 +312,21 @@ def test_no_history_in_the_prose():
     text = prose(L)
     for phrase in ("earlier recording", "before the fix", "probe recorded", "commit"):
         assert phrase not in text, phrase
+
+
+def test_the_exponential_before_and_after():
+    ab = pd.concat({g.upper(): data.load("tiled_exp2", gpu=g) for g in ("h100", "h200")}, names=["gpu", "row"])
+    frac = ab.pivot_table(index=["gpu", "dtype", "M", "N"], columns="variant", values="graph_frac")
+    spread = ab.pivot_table(index=["gpu", "dtype", "M", "N"], columns="variant", values="graph_spread")
+    noisy = data.noisy(spread[["copy", "exp", "exp2"]]).any(axis=1)
+    gain = (frac.exp2 / frac.exp).where(~noisy).unstack("gpu")
+    text = cell_with(L, "1000 × 700 gains the most")
+    at700 = gain.xs(700, level="N").stack().agg(["min", "max"])
+    quotes(text, f"{at700['min']:.2f} to {at700['max']:.2f} times as fast in both dtypes and on both GPUs")
+    b2048 = gain.loc[("bfloat16", 4096, 2048)]
+    quotes(text, f"bf16 4096 × 2048 gains {b2048.min():.2f} and {b2048.max():.2f}")
+    rest = gain.drop([("bfloat16", 1000, 700), ("float32", 1000, 700), ("bfloat16", 4096, 2048)]).stack()
+    quotes(text, f"within {rest.min():.2f} to {rest.max():.2f} of each other")
+    assert gain.notna().all().all()  # no cell behind these numbers is noisy
+    assert rest.max() < min(at700.min(), b2048.min())  # the named shapes are the ones that gain
+    assert "tl.exp2((x - row_max[:, None]) * LOG2E)" in code_cell_with(L, "def softmax_tiled_kernel(")  # as taught
