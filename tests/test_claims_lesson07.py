@@ -136,9 +136,9 @@ def test_course_against_cudnn_the_fastest_sdpa_and_the_tutorial(shares, att):
                  f"{tut.loc[128, 'max']:.2f} of the Triton tutorial's forward")
     quotes(text, f"the {share_noisy['of cuDNN'].sum()} of cuDNN, the {share_noisy['of the tutorial'].sum()} of the tutorial (and "
                  f"{share_noisy['of the fastest SDPA'].sum()} of the fastest SDPA backend) out of {len(share)}")
-    failed = att[att.provider.eq("tutorial") & att.status.str.startswith("wrong")][KEY].values.tolist()
-    assert failed == [["bfloat16", 64, 0, 16384]]
-    quotes(text, "failed the float64 check at one shape (bf16, $D$ = 64, $S$ = 16K, not causal)")
+    failed = att[att.provider.eq("tutorial") & att.status.str.startswith("wrong")]
+    assert len(failed) == 5 and (failed.causal == 0).all() and failed.status.str.contains("nan").all()
+    quotes(text, "failed the float64 check at five shapes, all without a mask (its output held NaNs)")
 
 
 def test_the_h200_agrees(both):
@@ -161,12 +161,10 @@ def test_the_descriptor_kernel_before_and_after(both):
     quotes(text, f"from {p.min():.2f} to {p.max():.2f} of cuDNN (the pointer kernel) to {c.min():.2f} to {c.max():.2f}")
     d64 = gain.xs(64, level="D")
     quotes(text, f"their ratio, {d64.min():.2f} to {d64.max():.2f}, is how far apart two timings")
-    assert g.loc[(128, 0), "min"] > d64.max() + 0.04  # without a mask, well outside the same-kernel band
-    quotes(text, "without a mask is well outside that band")
+    assert g.loc[(128, 0), "min"] > d64.max()  # without a mask, above the same-kernel band
     causal = gain.xs((128, 1), level=["D", "causal"]).dropna()
-    inside = causal[causal <= d64.max()]  # causal gains no larger than two timings of one kernel differ
-    quotes(text, f"causal, {len(inside)} of its {len(causal)} gains ({inside.min():.2f} to {inside.max():.2f}, on both GPUs) lie inside it")
-    assert set(inside.index.get_level_values("gpu")) == {"H100", "H200"} and inside.min() > d64.min()
+    assert len(causal) >= 10 and causal.min() > d64.max()  # every causal gain above the same-kernel band
+    quotes(text, "Every gain of the descriptor kernel lies above that band, without a mask and causal")
     assert d64.min() > 0.9 and d64.max() < 1.1
     for D_, causal in ((64, False), (64, True)):  # "At D = 64 the library keeps the pointer kernel"
         assert tma_config(torch.float16, D_, causal) is None
@@ -183,29 +181,20 @@ def test_the_targets(both):
     text = cell_with(L, "What the recording shows")
     quotes(text, f"{len(misses)} of {len(clean)} cases miss one. {len(cud)} miss 0.90 of cuDNN, "
                  f"by {0.90 - cud['of cuDNN'].max():.3f} to {0.90 - cud['of cuDNN'].min():.3f}")
+    larger = sp[["course", "sdpa_cudnn"]].loc[cud.index].max(axis=1)  # the larger spread of each miss's two timings
+    assert ((0.90 - cud["of cuDNN"]) < larger).all()
+    quotes(text, f"each by less than the larger spread of its two timings' rounds ({larger.min():.1%} to {larger.max():.1%})")
     c128, c64 = cud.query("D == 128"), cud.query("D == 64")
-    quotes(text, f"{len(c128)} of them at $D$ = 128, with and without the mask, at 4K and 16K, and {len(c64)} at $D$ = 64, "
-                 f"by {0.90 - c64['of cuDNN'].max():.3f} to {0.90 - c64['of cuDNN'].min():.3f}")
-    assert set(c128.index.get_level_values("causal")) == {0, 1} and set(cud.index.get_level_values("S")) == {4096, 16384}
-    worst = sp[["course", "sdpa_cudnn"]].loc[c64.index].max().max()  # the D = 64 misses sit inside their rounds' spread
-    quotes(text, f"inside the rounds' spread of their timings (up to {worst:.1%})")
-    assert (0.90 - c64["of cuDNN"]).max() < sp[["course", "sdpa_cudnn"]].loc[c64.index].min(axis=1).min()
+    quotes(text, f"{len(c64)} of them are at $D$ = 64 and {len(c128)} at $D$ = 128")
     quotes(text, f"{len(cud.query('S == 4096'))} of the {len(cud)} are at $S$ = 4K")
-    t128, t64 = tut.query("D == 128"), tut.query("D == 64")
-    quotes(text, f"{len(tut)} miss the tutorial's speed within 2%, all on the H100: {len(t128)} at $D$ = 128 without a mask "
-                 f"({t128['of the tutorial'].min():.3f} to {t128['of the tutorial'].max():.3f} of it")
-    assert set(tut.index.get_level_values("gpu")) == {"H100"} and set(t128.index.get_level_values("causal")) == {0}
-    assert len(t64) == 1 and t64.index[0][1:] == ("float16", 64, 1, 16384)
-    quotes(text, f"one at $D$ = 64 causal 16K ({t64['of the tutorial'].iloc[0]:.3f})")
-    same = t.course_pointer / t.tutorial  # at D = 64 the same kernel as course, in the same rounds
-    quotes(text, f"runs at {same.loc[t64.index[0]]:.3f} of the tutorial there")
-    gain64 = (t.course / t.course_pointer).xs(64, level="D")
-    assert gain64.min() <= t64["of the tutorial"].iloc[0]  # inside the same-kernel band
+    assert len(tut) == 1 and tut.index[0] == ("H100", "bfloat16", 128, 0, 8192)
+    quotes(text, f"One misses the tutorial's speed within 2%: bf16, $D$ = 128, 8K, without a mask, on the H100 "
+                 f"({tut['of the tutorial'].iloc[0]:.3f} of it")
     for g in ("h100", "h200"):  # both sweeps ran the causal programs in groups, the head order beside them
         assert "course_g1" in set(data.load("attention", gpu=g).provider)
     quotes(cell_with(L, "The kernel is only worth its complexity"), "Both sweeps run the causal programs in the groups")
     failed = rows[rows.provider.eq("tutorial") & rows.status.str.startswith("wrong")]
-    assert len(failed) == 2  # the two shapes with no fraction of the tutorial
+    assert len(failed) == 6  # the shapes with no fraction of the tutorial (five on the H100, one on the H200)
 
 
 def test_the_fit_of_two_programs():
@@ -235,7 +224,7 @@ def test_the_spreads_behind_the_claims(att, noisy, shares, both):
     share, share_noisy = shares
     assert share_noisy.any().any() and not share_noisy.all().any()  # some marked and left out, most kept
     frac, frac_noisy, *_ = both
-    assert len(frac) == 48 and frac_noisy.sum().to_dict() == {"of cuDNN": 5, "of the tutorial": 2, "pointer kernel, of cuDNN": 4}
+    assert len(frac) == 48 and frac_noisy.sum().to_dict() == {"of cuDNN": 4, "of the tutorial": 3, "pointer kernel, of cuDNN": 2}
 
 
 def test_the_tile_configuration_in_use():
