@@ -104,16 +104,36 @@ def small_lanes(monkeypatch):
     gives each lane many logits (rows of 2000: 16 a lane)."""
     monkeypatch.setattr(sampling, "LANE_BLOCK", 64)
     monkeypatch.setattr(sampling, "lane_plan", functools.partial(sampling.lane_plan, target_programs=4))
-    assert sampling.lane_plan(2, 2000)["slice_len"] // 64 == 16
+    assert sampling.lane_plan(2, 2000, 4)["slice_len"] // 64 == 16
+
+
+def lane_columns(lane, n_cols, chunk=4, block=64):
+    """The columns lane `lane` of the first slice reads: its chunk of each step of block * chunk columns."""
+    return [col for col in range(n_cols) if (col % (block * chunk)) // chunk == lane]
 
 
 def test_lanes_all_of_the_top_k_in_one_lane(small_lanes):
     x = _rand(2, 2000, seed=20)
-    x[0, 5::64] = 100 + torch.arange(len(range(5, 2000, 64)), dtype=torch.float32, device=DEVICE)  # lane 5's
-    x[1, 1024 + 7:2000:64] = 100.0  # tied, in one lane of the second slice
+    lane5 = lane_columns(5, 1024)  # in the first slice (1024 columns: 4 steps of 64 lanes x 4)
+    x[0, lane5] = 100 + torch.arange(len(lane5), dtype=torch.float32, device=DEVICE)  # 16 logits, 4 chunks
+    lane7 = [1024 + col for col in lane_columns(7, 2000 - 1024)]  # tied, in one lane of the second slice
+    x[1, lane7] = 100.0
     _, indices = _check(x, 20, fn=sampling.topk_by_lanes)
-    assert set(indices[0].tolist()) <= set(range(5, 2000, 64))
-    assert set(indices[1, :16].tolist()) == set(range(1024 + 7, 2000, 64))  # its 16 logits first
+    assert set(indices[0, :16].tolist()) == set(lane5)
+    assert set(indices[1, :len(lane7)].tolist()) == set(lane7)
+
+
+def test_lanes_top_k_inside_one_chunk_of_a_clean_lane(small_lanes):
+    """Four of the top four in one chunk: its lane is clean (nothing large outside that chunk), so they are
+    found only because the merge reads the kept lanes' whole chunks, not their maxima alone."""
+    x = _rand(2, 2000, seed=29)
+    x[0, 20:24] = torch.tensor([40.0, 41.0, 42.0, 43.0], device=DEVICE)       # lane 5's first chunk
+    x[1, 1024 + 36:1024 + 40] = torch.tensor([30.0, 30.0, 29.0, 31.0], device=DEVICE)  # one chunk, a tie
+    _, indices = _check(x, 4, fn=sampling.topk_by_lanes)
+    assert set(indices[0].tolist()) == set(range(20, 24)) and set(indices[1].tolist()) == set(range(1060, 1064))
+    xb = x.to(torch.bfloat16)  # chunks of 8 in bfloat16
+    _, indices = _check(xb, 4, tol=1e-2, fn=sampling.topk_by_lanes)
+    assert set(indices[0].tolist()) == set(range(20, 24))
 
 
 def test_lanes_every_value_tied_and_minus_inf_rows(small_lanes):
@@ -126,29 +146,36 @@ def test_lanes_every_value_tied_and_minus_inf_rows(small_lanes):
     values, indices = _check(x, 10, fn=sampling.topk_by_lanes)
     assert torch.isnan(values[2]).all() and torch.allclose(values[0], torch.full_like(values[0], 1 / 2000))
     assert set(indices[3, :5].tolist()) == set(range(100, 105)) and (values[3, 5:] == 0).all()
+    few = torch.full((2, 2000), INF, device=DEVICE)  # 128 lanes a row: the search runs, the buffer holds them
+    few[0, 100:105] = 1.0
+    few[1, [7, 500, 1500]] = torch.tensor([2.0, 3.0, 1.0], device=DEVICE)
+    assert sampling.lane_plan(2, 2000, 4)["lanes_p2"] == 128
+    values, indices = _check(few, 10, fn=sampling.topk_by_lanes)
+    assert set(indices[1, :3].tolist()) == {7, 500, 1500} and (values[:, 5:] == 0).all()
     xb = _rand(3, 2000, seed=22, dtype=torch.bfloat16).round()  # bfloat16 with many ties
     _check(xb, 50, tol=1e-2, fn=sampling.topk_by_lanes)
 
 
 def test_lanes_search_that_stops_early_keeps_only_real_lanes():
-    """Rows shorter than the block: 40 real lanes of 64. No more lanes than where the search for T stops
-    (half the candidate buffer, 64), so it stops before its first count (T is the lowest value) and must
-    not take the 24 padding lanes (a logit 0.0 at column 0 each) for candidates: every logit is negative."""
+    """Rows shorter than one step: 10 real lanes of 16 (chunks of 4). No more lanes than where the search for
+    T stops (half the candidate buffer, 64), so it stops before its first count (T is the lowest value) and
+    must not take the 6 padding lanes (a logit 0.0 at column 0 each) for candidates: every logit is negative."""
     x = -1 - _rand(3, 40, seed=26).abs()
-    assert sampling.lane_plan(*x.shape)["lanes_p2"] == 64
+    assert sampling.lane_plan(*x.shape, 4)["lanes_p2"] == 16
     for k in (1, 40):
         _check(x, k, fn=sampling.topk_by_lanes)
 
 
 def test_lanes_whole_row_fallback_is_sorted_on_the_compiled_path(monkeypatch, small_lanes):
-    """More candidates than the buffer holds (large logits in 48 of every 64 lanes, so dozens of unclean
-    lanes) send the row through the per-block merge. Its compiled branch (SORT: tl.topk for a block with
+    """More candidates than the buffer holds (large logits in 48 of every 64 lanes, each in all of its
+    chunks, so dozens of unclean lanes) send the row through the per-block merge. Its compiled branch (SORT: tl.topk for a block with
     many winners, the winners loop for a few, both interpreted here) keeps its candidates in no order once
     the last block's three winners replace the weakest: they must be sorted before they are stored."""
     monkeypatch.setattr(sampling, "SORT", True)
     x = _rand(2, 2000, seed=20)
     cols = torch.arange(2000, device=DEVICE)
-    x[:, cols % 64 < 48] = 100 - cols[cols % 64 < 48] / 100  # decreasing: later blocks have no winner
+    big = cols % 256 < 48 * 4  # lanes 0-47 of each step of 64 lanes x 4 columns
+    x[:, big] = 100 - cols[big] / 100  # decreasing: later blocks have no winner
     x[:, 1990:1993] = torch.tensor([200.0, 201.0, 202.0], device=DEVICE)  # but the last block has three
     _check(x, 20, fn=sampling.topk_by_lanes)
 
@@ -232,7 +259,7 @@ def test_sample_through_the_lanes_equals_the_sorted_draw(monkeypatch, small_lane
     sort picks for the same u; greedy through them is the argmax."""
     monkeypatch.setattr(sampling, "LANE_MIN_ELEMENTS", 0)
     x = _rand(4, 2000, seed=28)
-    x[1, 3::64] += 6.0  # many of the top 40 in one lane
+    x[1, lane_columns(3, 2000)] += 6.0  # many of the top 40 in one lane (its 4 columns of each step)
     assert sampling.use_lanes(4, 2000, 64)
     for top_k, top_p, temperature in ((5, 0.9, 0.8), (40, None, 1.3), (64, 0.5, 0.7)):
         gen = lambda: torch.Generator(device=DEVICE).manual_seed(6)  # noqa: E731
@@ -344,11 +371,11 @@ LANE_MERGE = {"out_ptr": "*fp32", "idx_ptr": "*i64", "md_ptr": "*fp32", "lm_ptr"
               "in_row_stride": "i32", "in_col_stride": "i32", "n_cols": "i32", "slice_len": "i32", "n_slices": "i32",
               "sl2e": "fp32", "scale": "fp32", "k": "i32", "top_p": "fp32", "stop": "i32"}
 K = sampling.candidate_lanes(1)
-plan = sampling.lane_plan(1, 256000, target_programs=1056)
+plan = sampling.lane_plan(1, 256000, 8, target_programs=1056)
 assert plan["lanes_p2"] == 4096 and plan["merge_warps"] == 8
-lanes = dict(BLOCK=plan["block"], SLICES=plan["slices_p2"], LANES=plan["lanes_p2"], CAP=128, UCAP=sampling.UNCLEAN_LANES,
-             RENORM=True, SORT=True)
-for fn, sig, const, warps in [(sampling.lane_slice_kernel, LANE_SLICE, dict(BLOCK=plan["block"]), plan["warps"]),
+lanes = dict(BLOCK=plan["block"], SLICES=plan["slices_p2"], CHUNK=8, LANES=plan["lanes_p2"], CAP=128,
+             UCAP=sampling.UNCLEAN_LANES, RENORM=True, SORT=True)
+for fn, sig, const, warps in [(sampling.lane_slice_kernel, LANE_SLICE, dict(BLOCK=plan["block"], CHUNK=8), plan["warps"]),
                               (sampling.lane_merge_kernel, LANE_MERGE, dict(lanes, K=K, MODE=0), plan["merge_warps"]),
                               (sampling.lane_merge_kernel, LANE_MERGE, dict(lanes, K=64, MODE=1), plan["merge_warps"])]:
     sig = dict(sig, **{name: "constexpr" for name in const})

@@ -240,6 +240,7 @@ def sample_step(v, col, m, d, k, top_p, u, K: tl.constexpr, RENORM: tl.constexpr
 
 LANE_MAX_K = 64        # the lane kernels' largest K (a larger k, or Gumbel-max, takes the kernels above)
 LANE_BLOCK = 256               # lanes a program keeps
+LANE_BYTES = 16                # a lane reads 16 contiguous bytes a step: one vector load (8 bf16/fp16 or 4 fp32)
 LANE_PROGRAMS_PER_SM = 8
 MAX_LANES = 4096               # lanes a row may have (the merge kernel holds them all at once)
 UNCLEAN_LANES = 64             # unclean lanes the merge kernel reads again before it streams the whole row
@@ -248,18 +249,20 @@ LOWEST = tl.constexpr(-3.4028234663852886e38)  # a lane's maximum before its fir
 
 
 @triton.jit
-def lane_update(x, off, m, d, v2, c, sl2e):
-    # One logit per lane, no communication between lanes. m: the lane's maximum, c: the block offset
-    # where it was seen, d: the lane's sum of exp((x - m) * scale) (sl2e = scale * log2(e)), v2: its
-    # second-largest logit. One exp2 per element: t = exp(-|x - m| * scale) rescales d when x is a
-    # new maximum, and is x's own term otherwise.
-    t = tl.exp2(-tl.abs(x - m) * sl2e)
-    gt = x > m
-    d = tl.where(gt, d * t + 1.0, d + t)
-    v2 = tl.maximum(v2, tl.minimum(x, m))
-    m = tl.where(gt, x, m)
-    c = tl.where(gt, off, c)
-    return m, d, v2, c
+def chunk_update(x, off, m, d, v2, c, sl2e):
+    # x: (lanes, CHUNK), each lane's CHUNK contiguous logits of this step; no communication between lanes.
+    # m: the lane's maximum, c: the step offset of the chunk that holds it, d: the lane's sum of
+    # exp((x - m) * scale) (sl2e = scale * log2(e)), v2: its largest logit outside that chunk.
+    chunk_max = tl.max(x, 1)  # inside one thread: its 16 bytes are its own
+    # Without a new maximum the whole chunk lies outside the maximum's chunk, and its logits are <= chunk_max;
+    # with one, the old maximum's chunk goes outside, and its logits are <= the old m.
+    v2 = tl.maximum(v2, tl.minimum(chunk_max, m))
+    m_new = tl.maximum(m, chunk_max)
+    c = tl.where(chunk_max > m, off, c)
+    # Lesson 04's rescaling once a step, then one exp2 a logit; the difference first, then the scale
+    # (lesson 05: exp2(x * s - m * s) as one FMA loses accuracy when |x| is large).
+    d = d * tl.exp2((m - m_new) * sl2e) + tl.sum(tl.exp2((x - m_new[:, None]) * sl2e), 1)
+    return m_new, d, v2, c
 
 
 @triton.jit
@@ -267,25 +270,31 @@ def lane_slice_kernel(
     md_ptr, lm_ptr, lv_ptr, lc_ptr, in_ptr,
     in_row_stride, in_col_stride,
     n_cols, slice_len, n_slices, sl2e,
-    BLOCK: tl.constexpr,  # lanes: lane j reads columns start + j, start + j + BLOCK, ...
+    BLOCK: tl.constexpr,  # lanes
+    CHUNK: tl.constexpr,  # logits a lane reads a step: lane j reads columns start + j * CHUNK ... + CHUNK - 1,
+                          # then the same + BLOCK * CHUNK, + 2 * BLOCK * CHUNK, ...
 ):
     row = tl.program_id(0).to(tl.int64)
     s = tl.program_id(1)
     start = s.to(tl.int64) * slice_len
     lanes = tl.arange(0, BLOCK)
+    cols = lanes[:, None] * CHUNK + tl.arange(0, CHUNK)[None, :]  # a step's columns, one row of CHUNK a lane
     m = tl.full((BLOCK,), LOWEST, tl.float32)
     d = tl.zeros((BLOCK,), tl.float32)
     v2 = tl.full((BLOCK,), -float("inf"), tl.float32)
     c = tl.zeros((BLOCK,), tl.int32)
-    base = in_ptr + row * in_row_stride + (start + lanes) * in_col_stride
+    # With in_col_stride == 1 (Triton compiles that case apart) a lane's CHUNK logits are one 16-byte load;
+    # any other stride reads them one by one: slower, the same logits.
+    base = in_ptr + row * in_row_stride + (start + cols) * in_col_stride
     n_here = tl.minimum(n_cols - start, slice_len).to(tl.int32)
-    n_full = n_here - n_here % BLOCK
-    for off in range(0, n_full, BLOCK):  # whole blocks: no mask
+    STEP: tl.constexpr = BLOCK * CHUNK
+    n_full = n_here - n_here % STEP
+    for off in range(0, n_full, STEP):  # whole steps: no mask
         x = tl.load(base + off * in_col_stride).to(tl.float32)
-        m, d, v2, c = lane_update(x, off, m, d, v2, c, sl2e)
-    if n_full < n_here:                  # the slice's last, partial block
-        x = tl.load(base + n_full * in_col_stride, mask=lanes < n_here - n_full, other=-float("inf")).to(tl.float32)
-        m, d, v2, c = lane_update(x, n_full, m, d, v2, c, sl2e)
+        m, d, v2, c = chunk_update(x, off, m, d, v2, c, sl2e)
+    if n_full < n_here:                 # the slice's last, partial step
+        x = tl.load(base + n_full * in_col_stride, mask=cols < n_here - n_full, other=-float("inf")).to(tl.float32)
+        m, d, v2, c = chunk_update(x, n_full, m, d, v2, c, sl2e)
     m_s = tl.max(m, 0)  # the slice's pair: one reduction, after the loop
     d_s = tl.sum(d * tl.exp2((m - m_s) * sl2e), 0)
     slot = row * n_slices + s
@@ -294,7 +303,7 @@ def lane_slice_kernel(
     lane_slot = slot * BLOCK + lanes
     tl.store(lm_ptr + lane_slot, m)
     tl.store(lv_ptr + lane_slot, v2)
-    tl.store(lc_ptr + lane_slot, (start + lanes + c).to(tl.int32))
+    tl.store(lc_ptr + lane_slot, (start + c + lanes * CHUNK).to(tl.int32))  # the first column of the maximum's chunk
 
 
 @triton.jit
@@ -311,6 +320,7 @@ def lane_merge_kernel(
     n_cols, slice_len, n_slices, sl2e, scale, k, top_p,
     stop,                  # the search for T stops once at most this many lane maxima are >= T
     K: tl.constexpr, BLOCK: tl.constexpr, SLICES: tl.constexpr,
+    CHUNK: tl.constexpr,   # logits a lane reads a step (lc holds the first column of its maximum's chunk)
     LANES: tl.constexpr,   # n_slices * BLOCK rounded up to a power of two
     CAP: tl.constexpr,     # candidates the row's buffer holds
     UCAP: tl.constexpr,    # unclean lanes it reads again; more (or more candidates): the whole row
@@ -325,7 +335,7 @@ def lane_merge_kernel(
     # The row's lane maxima as ordered int32; a lane past the row's end gets the smallest int32.
     n_lanes = n_slices * BLOCK
     lane = tl.arange(0, LANES)
-    real = (lane < n_lanes) & ((lane // BLOCK) * slice_len + lane % BLOCK < n_cols)
+    real = (lane < n_lanes) & ((lane // BLOCK) * slice_len + (lane % BLOCK) * CHUNK < n_cols)
     at = row * n_lanes + lane
     lane_max = tl.load(lm_ptr + at, mask=real, other=0.0)
     u = tl.where(real, ordered_bits(lane_max), -2**31)
@@ -342,8 +352,8 @@ def lane_merge_kernel(
         c = tl.where(c_trial >= k, c_trial, c)
         b += 1
     T = (t - 2**31).to(tl.int32)
-    # Candidates: the maxima >= T of the clean lanes, packed into the row's buffer (a running count
-    # gives each its slot); the unclean lanes (second logit >= T) are listed, to be read again.
+    # The clean lanes whose maximum is >= T are kept; the unclean lanes (a logit >= T outside the
+    # maximum's chunk) are listed, to be read again whole.
     unclean = real & (tl.where(real, ordered_bits(tl.load(lv_ptr + at, mask=real, other=0.0)), -2**31) >= T)
     keep = real & (u >= T) & ~unclean
     buf = buf_ptr + row * CAP
@@ -352,22 +362,37 @@ def lane_merge_kernel(
     both = tl.cumsum(keep.to(tl.int32) + (unclean.to(tl.int32) << 16), 0)
     slot = (both & 0xFFFF) - 1
     uslot = (both >> 16) - 1
-    key = topk_keys(lane_max, tl.load(lc_ptr + at, mask=real, other=0).to(tl.int64), n_cols)
-    tl.store(buf + slot, key, mask=keep & (slot < CAP))
+    # The kept lanes' chunks: their first columns go to the buffer, then come back to be read again.
+    tl.store(buf + slot, tl.load(lc_ptr + at, mask=real, other=0).to(tl.int64), mask=keep & (slot < CAP))
     tl.store(ubuf + uslot, lane, mask=unclean & (uslot < UCAP))
     total = tl.max(both, 0)  # the last running count: both totals
-    count = total & 0xFFFF
+    n_keep = total & 0xFFFF
     n_unclean = total >> 16
     tl.debug_barrier()  # the buffers, written by all threads, are read below
     x_row = in_ptr + row * in_row_stride
+    j = tl.arange(0, CAP)
+    first = tl.load(buf + j, mask=j < n_keep, other=0)
+    tl.debug_barrier()  # every column is read before the buffer is overwritten with keys
+    # Every logit >= T of a kept lane's chunk is a candidate, not only the maximum: v2 bounds the logits
+    # outside the chunk, nothing inside it. A -inf counts as LOWEST here, so that a row with fewer finite
+    # logits than k still finds k candidates (of probability 0) in the chunks of lanes that saw only -inf.
+    ccols = first[:, None] + tl.arange(0, CHUNK)[None, :]
+    cvalid = (j[:, None] < tl.minimum(n_keep, CAP)) & (ccols < n_cols)
+    cx = tl.load(x_row + ccols * in_col_stride, mask=cvalid, other=-float("inf")).to(tl.float32)
+    cx = tl.maximum(cx, LOWEST)
+    chit = tl.reshape(cvalid & (ordered_bits(cx) >= T), (CAP * CHUNK,))
+    cslot = tl.cumsum(chit.to(tl.int32), 0) - 1
+    tl.store(buf + cslot, tl.reshape(topk_keys(cx, ccols, n_cols), (CAP * CHUNK,)), mask=chit & (cslot < CAP))
+    count = tl.sum(chit.to(tl.int32), 0) + tl.where(n_keep > CAP, CAP + 1, 0)  # an overflow stays one
+    tl.debug_barrier()
     if n_unclean <= UCAP:
         g = tl.arange(0, 256)
-        for i in range(n_unclean):  # an unclean lane's logits >= T: a strided gather of its slice
+        for i in range(n_unclean):  # an unclean lane's logits >= T: a gather of its chunks, 256 logits at a time
             L = tl.load(ubuf + i)
-            first = (L // BLOCK).to(tl.int64) * slice_len + L % BLOCK
+            lane_first = (L // BLOCK).to(tl.int64) * slice_len + (L % BLOCK) * CHUNK
             end = tl.minimum((L // BLOCK).to(tl.int64) * slice_len + slice_len, n_cols)
-            for off in range(0, slice_len, 256 * BLOCK):
-                cols = first + off + g * BLOCK
+            for off in range(0, slice_len, (256 // CHUNK) * BLOCK * CHUNK):
+                cols = lane_first + off + (g // CHUNK) * (BLOCK * CHUNK) + g % CHUNK
                 x = tl.load(x_row + cols * in_col_stride, mask=cols < end, other=-float("inf")).to(tl.float32)
                 hit = (cols < end) & (ordered_bits(x) >= T)
                 hit_slot = count + tl.cumsum(hit.to(tl.int32), 0) - 1
@@ -375,7 +400,6 @@ def lane_merge_kernel(
                 count += tl.sum(hit.to(tl.int32), 0)
         tl.debug_barrier()
     if (count <= CAP) & (n_unclean <= UCAP):
-        j = tl.arange(0, CAP)
         top = sorted_top(tl.load(buf + j, mask=j < count, other=-2**63), K, CAP, SORT)
     else:  # many logits tied at T (a flat row): the whole row through the per-block merge; exact, slow
         top = empty_top(K)
@@ -398,15 +422,17 @@ def lane_merge_kernel(
         tl.store(out_ptr + row, mass)
 
 
-def lane_plan(n_rows, n_cols, target_programs=None):
-    """Slices for the lane kernels: about 8 programs per SM, at most MAX_LANES lanes a row."""
+def lane_plan(n_rows, n_cols, chunk, target_programs=None):
+    """Slices for the lane kernels, whose lanes read `chunk` logits a step: about 8 programs per SM, at most
+    MAX_LANES lanes a row, each slice a whole number of steps of block * chunk columns."""
     target = target_programs or (sm_count() * LANE_PROGRAMS_PER_SM if ON_GPU else 4)
-    block = min(LANE_BLOCK, triton.next_power_of_2(n_cols))
-    blocks = triton.cdiv(n_cols, block)
-    slices = max(1, min(blocks, triton.cdiv(target, max(n_rows, 1)), MAX_LANES // block))
-    slice_len = triton.cdiv(blocks, slices) * block
+    block = min(LANE_BLOCK, triton.next_power_of_2(triton.cdiv(n_cols, chunk)))
+    steps = triton.cdiv(n_cols, block * chunk)
+    slices = max(1, min(steps, triton.cdiv(target, max(n_rows, 1)), MAX_LANES // block))
+    slice_len = triton.cdiv(steps, slices) * block * chunk
     slices = triton.cdiv(n_cols, slice_len)
-    return {"block": block, "slices": slices, "slice_len": slice_len, "slices_p2": triton.next_power_of_2(slices),
+    return {"block": block, "chunk": chunk, "slices": slices, "slice_len": slice_len,
+            "slices_p2": triton.next_power_of_2(slices),
             "lanes_p2": triton.next_power_of_2(slices * block), "warps": 8 if block >= 1024 else 4,
             "merge_warps": max(4, min(16, triton.next_power_of_2(slices * block) // 512))}  # <= 16 lanes a thread
 
@@ -418,23 +444,23 @@ def use_lanes(n_rows, n_cols, K):
 
 def _lanes(rows, K, k, out, idx, scale=1.0, mode=0, u=None, top_p=1.0, renorm=True):
     M, N = rows.shape
-    plan = lane_plan(M, N)
-    S, B = plan["slices"], plan["block"]
+    plan = lane_plan(M, N, LANE_BYTES // rows.element_size())
+    S, B, E = plan["slices"], plan["block"], plan["chunk"]
     cap = max(128, 2 * K)
-    # One workspace, in 4-byte words: the slices' pairs, the lanes' max, second and column, the row's
+    # One workspace, in 4-byte words: the slices' pairs, the lanes' max, v2 and column, the row's
     # candidate buffer (int64: every part before it has an even length) and its list of unclean lanes.
     sizes = [2 * M * S, M * S * B, M * S * B, M * S * B, 2 * M * cap, M * UNCLEAN_LANES]
     work = torch.empty(sum(sizes), dtype=torch.int32, device=rows.device)
-    md, lane_max, lane_second, lane_col, buf, ubuf = work.split(sizes)
-    md, lane_max, lane_second = (t.view(torch.float32) for t in (md, lane_max, lane_second))
+    md, lane_max, lane_v2, lane_col, buf, ubuf = work.split(sizes)
+    md, lane_max, lane_v2 = (t.view(torch.float32) for t in (md, lane_max, lane_v2))
     buf = buf.view(torch.int64)
     sl2e = scale * 1.4426950408889634  # exp(y) = exp2(y * log2(e))
-    lane_slice_kernel[(M, S)](md, lane_max, lane_second, lane_col, rows, rows.stride(0), rows.stride(1),
-                              N, plan["slice_len"], S, sl2e, BLOCK=B, num_warps=plan["warps"])
-    lane_merge_kernel[(M,)](out, idx, md, lane_max, lane_second, lane_col, buf, ubuf, rows, md if u is None else u,
+    lane_slice_kernel[(M, S)](md, lane_max, lane_v2, lane_col, rows, rows.stride(0), rows.stride(1),
+                              N, plan["slice_len"], S, sl2e, BLOCK=B, CHUNK=E, num_warps=plan["warps"])
+    lane_merge_kernel[(M,)](out, idx, md, lane_max, lane_v2, lane_col, buf, ubuf, rows, md if u is None else u,
                             rows.stride(0), rows.stride(1), N, plan["slice_len"], S, sl2e, scale, k, top_p,
                             max(cap // 2, k + 16),  # stop: half the buffer stays free for unclean lanes' logits
-                            K=K, BLOCK=B, SLICES=plan["slices_p2"], LANES=plan["lanes_p2"], CAP=cap,
+                            K=K, BLOCK=B, SLICES=plan["slices_p2"], CHUNK=E, LANES=plan["lanes_p2"], CAP=cap,
                             UCAP=UNCLEAN_LANES, MODE=mode, RENORM=renorm, SORT=SORT, num_warps=plan["merge_warps"])
 
 
