@@ -117,8 +117,8 @@ def test_long_rows_are_split_across_programs():
 
 def test_the_tile_rule_and_its_exceptions():
     """backward_tiled_config batches short rows to 4096 elements at about 16 a thread; a float32 row of
-    more than 8192 columns takes 8 warps; rows that fit go to the split only where every slice of every
-    row gets an SM of its own, and never a row of one slice."""
+    more than 8192 columns takes 8 warps; rows that fit go to the split only while it launches at most
+    SPLIT_PROGRAMS_PER_SM (3) programs an SM, and never a row of one slice."""
     from helpers.kernels.backward import backward_splits_few_rows, backward_tiled_config
 
     assert backward_tiled_config(1024, 4) == (4, 8) and backward_tiled_config(100, 2) == (32, 8)
@@ -127,10 +127,12 @@ def test_the_tile_rule_and_its_exceptions():
         assert backward_tiled_config(n, 4) == (1, 8)
         assert backward_tiled_config(n, 2) == (1, 32)  # 16-bit rows keep 32 warps
         assert backward_tiled_config(n, 8)[1] == 32  # float64 too (8 warps would spill its doubles)
-    assert backward_splits_few_rows(1, 32000, 4, 132) and backward_splits_few_rows(16, 32000, 2, 132)
-    assert not backward_splits_few_rows(17, 32000, 4, 132) and not backward_splits_few_rows(64, 32000, 2, 132)
+    # 32000 columns are 8 slices: 3 x 132 = 396 programs allow 49 rows, not 50
+    assert backward_splits_few_rows(1, 32000, 4, 132) and backward_splits_few_rows(49, 32000, 2, 132)
+    assert not backward_splits_few_rows(50, 32000, 4, 132) and not backward_splits_few_rows(64, 32000, 2, 132)
     assert not backward_splits_few_rows(1, 4096, 4, 132)  # one slice: nothing to spread
-    assert backward_splits_few_rows(66, 4097, 4, 132) and not backward_splits_few_rows(4096, 32768, 4, 132)
+    assert backward_splits_few_rows(198, 4097, 4, 132) and not backward_splits_few_rows(199, 4097, 4, 132)
+    assert not backward_splits_few_rows(4096, 32768, 4, 132)
     y, dy = pair((8, 32000), scale=1.0)
     plan = backward_plan(helpers.launch.Rows.of(y, dy))
     if helpers.ON_GPU:  # 8 rows x 8 slices <= the SMs of any GPU the course runs on

@@ -228,11 +228,16 @@ def backward_coop_plan(rows, slice_cols=None, num_warps=None):
     )
 
 
+#: The split takes rows that fit on chip while it launches at most this many programs an SM.
+SPLIT_PROGRAMS_PER_SM = 3
+
+
 def backward_splits_few_rows(n_rows, n_cols, element_size, sms):
     """Whether rows that fit on chip are better split: a row spans more than one of the split's slices,
-    and there are so few rows that every slice of every row gets an SM of its own."""
+    and there are so few rows that the split's programs (rows x slices) number at most
+    SPLIT_PROGRAMS_PER_SM an SM, while one program per row would leave SMs idle."""
     slices = triton.cdiv(n_cols, backward_coop_config(element_size)[0])
-    return slices > 1 and n_rows * slices <= sms
+    return slices > 1 and n_rows * slices <= SPLIT_PROGRAMS_PER_SM * sms
 
 
 def backward_plan(rows):
