@@ -181,24 +181,68 @@ def _loops():
     return data.load("topk_loop", gpu="h100")
 
 
-def test_the_h200_paragraph():
-    """The H200 recording is of lanes of one logit a step: its speed-up is taken against the same design on the
-    H100 (`library` in topk_loop_h100.csv), as the lesson's cell does."""
+def _gpus():
+    """The lesson's H100-beside-H200 cell: both recordings at M >= 64, the shapes whose cells are quiet."""
     import pandas as pd
 
-    h200 = data.load("sampling", gpu="h200")
-    frac = h200.query("M >= 64 and provider == 'course_softmax_topk'").frac_of_one_read
-    text = cell_with("09", "On the H200 `softmax_topk` with lanes of one logit a step reaches")
-    quotes(text, f"reaches {frac.min():.3f} to {frac.max():.3f} of one read", "{}")
-    one = _loops().query("M == 256 and variant in ['copy', 'library']").pivot_table(index="dtype", columns="variant",
-                                                                                  values="graph_us")
-    big = h200.query("M == 256 and N == 256000").pivot_table(index="dtype", columns="provider", values="graph_us")
-    up = pd.DataFrame({"copy": one["copy"] / big["copy"], "softmax_topk": one["library"] / big["course_softmax_topk"]}).round(2)
-    quotes(text, f"Its copy is {up['copy']['float32']:.2f} times as fast as the H100's at 256 rows of 256000 in float32 "
-                 f"and {up['copy']['bfloat16']:.2f} times in bfloat16", "{}")
-    quotes(text, f"only {up.softmax_topk['float32']:.2f} times in float32 and {up.softmax_topk['bfloat16']:.2f} times in bfloat16", "{}")
-    assert up.softmax_topk["bfloat16"] < up.softmax_topk["float32"] < up["copy"].min()  # "the instructions set its time"
-    assert 'one_logit_h100["library"] / h200_big["course_softmax_topk"]' in code_cell_with("09", "h200 = data.load(")
+    shape = ["dtype", "M", "N"]
+    both = pd.concat([_bench().assign(gpu="H100"), data.load("sampling", gpu="h200").assign(gpu="H200")]).query("M >= 64")
+    used = both[both.provider.isin(["copy", "course_softmax_topk", "torch_softmax_topk", "compile_softmax_topk"])]
+    noisy_shape = data.noisy(used.pivot_table(index=shape, columns="gpu", values="graph_spread", aggfunc="max")).any(axis=1)
+    gpu_frac = both.query("provider == 'course_softmax_topk'").pivot_table(index=shape, columns="gpu", values="frac_of_one_read")
+    us = both.query("provider in ['copy', 'course_softmax_topk']").pivot_table(index=shape, columns=["provider", "gpu"],
+                                                                                values="graph_us")
+    speedup = us.xs("H100", axis=1, level="gpu") / us.xs("H200", axis=1, level="gpu")
+    above = us["course_softmax_topk"] - us["copy"] / 2
+    peer = both.query("gpu == 'H200' and provider in ['torch_softmax_topk', 'compile_softmax_topk']").pivot_table(
+        index=shape, columns="provider", values="frac_of_one_read").max(axis=1)
+    quiet = ~noisy_shape
+    return noisy_shape, gpu_frac[quiet], speedup[quiet], above[quiet], peer[quiet]
+
+
+H200 = "On the H200 `softmax_topk` reaches"
+
+
+def test_the_h200_paragraph_fractions_beside_the_h100():
+    """Both recordings are of the same design (the chunked lane loop): the fractions are compared directly."""
+    h100, h200 = data.load("sampling", gpu="h100"), data.load("sampling", gpu="h200")
+    assert len(h200.query("M >= 64 and provider == 'course_softmax_topk'")) == 16
+    assert set(h100.provider) == set(h200.provider)
+    noisy_shape, f, s, a, peer = _gpus()
+    text = cell_with("09", H200)
+    quotes(text, f"reaches {f.H200.min():.3f} to {f.H200.max():.3f} of one read at 64 and 256 rows, "
+                 f"against {f.H100.min():.3f} to {f.H100.max():.3f} on the H100", "{}")
+    assert (f.H200 < f.H100).all() and "lower at every shape" in text
+    quotes(text, f"softmax + top-k there ({peer.min():.3f} to {peer.max():.3f}) at every shape", "{}")
+    assert (f.H200 > peer).all()
+    assert f.H200.max() < 0.85  # no target claimed on the H200 either
+    assert "one logit a step" not in text and "one logit a step" not in cell_with("09", "The same benchmark on an H200")
+
+
+def test_the_h200_paragraph_the_time_above_one_read():
+    noisy_shape, f, s, a, peer = _gpus()
+    text = cell_with("09", H200)
+    quotes(text, f"runs the copy {s['copy'].min():.2f} to {s['copy'].max():.2f} times as fast as the H100, but "
+                 f"`softmax_topk` only {s.course_softmax_topk.min():.2f} to {s.course_softmax_topk.max():.2f} times", "{}")
+    assert (s["copy"] > s.course_softmax_topk).all() and "the copy's speed-up the larger at every shape" in text
+    quotes(text, f"{a.H100.min():.1f} to {a.H100.max():.1f} µs on the H100 and {a.H200.min():.1f} to {a.H200.max():.1f} µs "
+                 f"on the H200, at each shape within {(a.H200 - a.H100).abs().max():.1f} µs of each other", "{}")
+    assert (a.H200 - a.H100).abs().max() < 0.2 * a.H100.min()  # "about the same on both GPUs"
+
+
+def test_the_h200_paragraph_no_noisy_cell():
+    noisy_shape, *_ = _gpus()
+    assert not noisy_shape.any() and "No cell's rounds spread over 10% on either GPU" in cell_with("09", H200)
+
+
+def test_the_h200_derivations_are_in_sight():
+    cell = code_cell_with("09", 'h200 = data.load("sampling", gpu="h200")')
+    assert 'pd.concat([bench.assign(gpu="H100"), h200.assign(gpu="H200")])' in cell
+    assert 'above = us["course_softmax_topk"] - us["copy"] / 2' in cell
+    assert "noisy=gpu_frac.apply(lambda column: noisy_shape)" in cell
+    numbers = code_cell_with("09", "quiet = ~noisy_shape")
+    assert "f, s, a = gpu_frac[quiet], speedup[quiet], above[quiet]" in numbers
+    assert "(a.H200 - a.H100).abs().max()" in numbers and "(f.H200 > peer).sum()" in numbers
 
 
 def test_the_loop_before_and_after_the_chunks():
