@@ -546,8 +546,12 @@ def test_bench_without_a_gpu_says_so(tmp_path):
 def test_the_recordings_are_not_faked():
     """figures/data/backward_<gpu>.csv come from GPU runs of the benchmark (named helpers.backward_bench before
     it moved to tools/), with a spread for every timing."""
-    paths = sorted(gpu_data.DATA_DIR.glob("backward*.csv"))
+    paths = sorted(gpu_data.DATA_DIR.glob("backward_h[0-9]*.csv"))  # the benchmark's, one per GPU
     assert {p.name for p in paths} >= {"backward_h100.csv", "backward_h200.csv"}
+    for p in sorted(gpu_data.DATA_DIR.glob("backward_boundary_*.csv")):  # lesson 08's probe of the split boundary
+        rows, meta = gpu_data.read_csv(p)
+        assert "CPU" not in meta.get("gpu", "CPU") and rows, p.name
+        assert all(math.isfinite(float(r["graph_spread"])) for r in rows), p.name
     for p in paths:
         rows, meta = gpu_data.read_csv(p)
         assert "backward_bench" in meta.get("command", "") and "CPU" not in meta.get("gpu", "CPU"), p.name
