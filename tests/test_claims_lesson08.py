@@ -211,7 +211,7 @@ def test_no_history_in_the_prose():
 
 def test_the_split_boundary():
     """Rows that fit go to the split while it launches at most 3 programs an SM: the probe behind the three."""
-    from helpers.kernels.backward import SPLIT_PROGRAMS_PER_SM, backward_splits_few_rows
+    from helpers.kernels.backward import SPLIT_PROGRAMS_PER_SM, backward_coop_config, backward_splits_few_rows
 
     boundary = pd.concat({g.upper(): data.load("backward_boundary", gpu=g) for g in ("h100", "h200")}, names=["gpu", "row"])
     f32 = boundary.query("dtype == 'float32' and variant in ['coop', 'tiled']")
@@ -222,7 +222,9 @@ def test_the_split_boundary():
     ahead, behind, level = ratio.loc[[16, 32, 48]], ratio.loc[64], ratio.loc[[96, 128]]
     assert (ahead > 1).all().all() and (behind < 1).all() and ((level - 1).abs() < 0.05).all().all()
     sms = int(data.load("device_props").sm_count[0])
-    quotes(text, f"ahead up to 48 rows ({48 * 8} programs, {48 * 8 / sms:.1f} an SM), behind the tile at 64 rows "
-                 f"({64 * 8 / sms:.1f} an SM) and within 5% of it either way at 96 and 128 rows, on both GPUs")
+    slices = -(-32000 // backward_coop_config(4)[0])  # the split's slices of a row, rounded up
+    quotes(text, f"at 32000 columns ({slices} slices) the split was ahead up to 48 rows ({48 * slices} programs, "
+                 f"{48 * slices / sms:.1f} an SM), behind the tile at 64 rows ({64 * slices / sms:.1f} an SM) and within "
+                 f"5% of it either way at 96 and 128 rows, on both GPUs")
     assert SPLIT_PROGRAMS_PER_SM == 3 and backward_splits_few_rows(48, 32000, 4, sms) and not backward_splits_few_rows(64, 32000, 4, sms)
     quotes(text, "rows × slices ≤ 3 × SMs")
