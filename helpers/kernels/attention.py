@@ -326,19 +326,12 @@ def tma_eligible(q, views, lead_strides, interpreter=INTERPRETER):
     return True
 
 
-def _tma_plan(q, k, views, lead_strides, Z, H, group, causal, scale, return_lse, config, copy):
-    d, seq_q, seq_k = q.shape[-1], q.shape[-2], k.shape[-2]
-    args = []
-    for (stride_z, stride_h), t in zip(lead_strides, views):
-        args += [stride_z, stride_h, t.stride(-2)]
-    args += [seq_q, seq_k, H, group or 1, scale * LOG2E]  # group: unused by the 3-D grid
-    constexprs = dict(HEAD_DIM=d, BLOCK_M=config.block_m, BLOCK_N=config.block_n, CAUSAL=causal, GROUPED=group is not None,
-                      WRITE_LSE=return_lse, DOT=tl.float32 if INTERPRETER else _TL[q.dtype],
-                      NEG_SCALE=scale < 0, WARP_SPECIALIZE=config.warp_specialize,
-                      MASKED=causal or seq_k % config.block_n != 0)
-    return AttentionPlan(grid=_grid(seq_q, config.block_m, H, Z, group), config=config, args=tuple(args),
-                         constexprs=constexprs, copy=copy, out_shape=tuple(q.shape), lse_shape=tuple(q.shape[:-1]),
-                         empty=q.numel() == 0 or seq_k == 0, kernel="tma")
+def _tma_args(q, views, lead_strides, seq_k, causal, scale, config):
+    """What attention_fwd_tma_kernel takes apart from the arguments both kernels share: three strides a
+    tensor (its descriptor needs the last stride to be 1) and its own constexprs."""
+    strides = [s for (stride_z, stride_h), t in zip(lead_strides, views) for s in (stride_z, stride_h, t.stride(-2))]
+    return strides, dict(DOT=tl.float32 if INTERPRETER else _TL[q.dtype], NEG_SCALE=scale < 0,
+                         WARP_SPECIALIZE=config.warp_specialize, MASKED=causal or seq_k % config.block_n != 0)
 
 
 def _tma_scratch(size, alignment, stream):
@@ -487,18 +480,18 @@ def attention_plan(q, k, v, causal=False, scale=None, return_lse=False, config=N
     if kernel == "tma":
         if q.dtype not in (torch.float16, torch.bfloat16):
             raise ValueError(f"attention_plan: kernel='tma' takes float16 or bfloat16 inputs, got {q.dtype}.")
-        return _tma_plan(q, k, views, lead_strides, Z, H, group, causal, scale, return_lse, config, copy)
-    args = []
-    for (stride_z, stride_h), t in zip(lead_strides, views):
-        args += [stride_z, stride_h, t.stride(-2), t.stride(-1)]
-    args += [seq_q, seq_k, H, group or 1, scale * LOG2E]  # group: unused by the 3-D grid
-    interp_or_fp32 = INTERPRETER or q.dtype == torch.float32
-    constexprs = dict(HEAD_DIM=d, BLOCK_M=config.block_m, BLOCK_N=config.block_n, CAUSAL=causal, GROUPED=group is not None,
-                      WRITE_LSE=return_lse, DOT=tl.float32 if interp_or_fp32 else _TL[q.dtype],
-                      PRECISION="ieee" if interp_or_fp32 else "tf32")
-    return AttentionPlan(grid=_grid(seq_q, config.block_m, H, Z, group), config=config, args=tuple(args),
+        strides, own = _tma_args(q, views, lead_strides, seq_k, causal, scale, config)
+    else:  # the pointer kernel: four strides a tensor, and exact products in fp32 (and the interpreter)
+        strides = [s for (stride_z, stride_h), t in zip(lead_strides, views)
+                   for s in (stride_z, stride_h, t.stride(-2), t.stride(-1))]
+        exact = INTERPRETER or q.dtype == torch.float32
+        own = dict(DOT=tl.float32 if exact else _TL[q.dtype], PRECISION="ieee" if exact else "tf32")
+    args = (*strides, seq_q, seq_k, H, group or 1, scale * LOG2E)  # group: unused by the 3-D grid
+    constexprs = dict(HEAD_DIM=d, BLOCK_M=config.block_m, BLOCK_N=config.block_n, CAUSAL=causal,
+                      GROUPED=group is not None, WRITE_LSE=return_lse, **own)
+    return AttentionPlan(grid=_grid(seq_q, config.block_m, H, Z, group), config=config, args=args,
                          constexprs=constexprs, copy=copy, out_shape=tuple(q.shape), lse_shape=tuple(q.shape[:-1]),
-                         empty=q.numel() == 0 or seq_k == 0)
+                         empty=q.numel() == 0 or seq_k == 0, kernel=kernel)
 
 
 def _launcher(plan, q, k, v):
