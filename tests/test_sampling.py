@@ -180,6 +180,32 @@ def test_lanes_whole_row_fallback_is_sorted_on_the_compiled_path(monkeypatch, sm
     _check(x, 20, fn=sampling.topk_by_lanes)
 
 
+def test_lanes_more_unclean_lanes_than_one_gather_takes(small_lanes):
+    """Rows of 8000 in the small plan: 2 slices of 64 lanes, 64 logits a lane, so the merge gathers the unclean
+    lanes 32 at a time (a tile of 2048 logits). 40 lanes hold two large logits each, in different chunks:
+    all 40 are unclean, read in two gathers, the second of 8 live lanes."""
+    plan = sampling.lane_plan(2, 8000, 4)
+    assert plan["slices"] == 2 and plan["slice_len"] // 64 == 64  # uw = 64 logits a lane: 2048 // 64 = 32 lanes a gather
+    x = _rand(2, 8000, seed=30)
+    for lane in range(40):
+        x[0, lane * 4] = 100.0 + 2 * lane           # the lane's maximum, in its chunk of step 0
+        x[0, 256 + lane * 4 + 1] = 99.0 + 2 * lane  # its second, in its chunk of step 1
+    _, indices = _check(x, 33, fn=sampling.topk_by_lanes)
+    assert set(indices[0].tolist()) <= {lane * 4 for lane in range(40)} | {256 + lane * 4 + 1 for lane in range(40)}
+
+
+def test_lane_plan_slices_a_power_of_two():
+    """The merge kernel holds slices * block lanes as a power of two: at 256 rows on an H100 (1056 programs
+    wanted) 5 slices become 4, so 1024 lanes, not 1280 padded to 2048; 200 rows: 6 slices become 8 (4 would
+    leave fewer than 3/4 of the programs)."""
+    for n_cols, chunk in [(32000, 8), (128256, 8), (256000, 8), (128256, 4), (256000, 4)]:
+        plan = sampling.lane_plan(256, n_cols, chunk, target_programs=1056)
+        assert plan["slices"] * plan["block"] == plan["lanes_p2"] == 1024
+        assert sampling.lane_plan(64, n_cols, chunk, target_programs=1056)["slices"] == 16
+    assert sampling.lane_plan(200, 256000, 4, target_programs=1056)["slices"] == 8
+    assert sampling.lane_plan(128, 256000, 4, target_programs=1056)["slices"] == 8
+
+
 @pytest.mark.parametrize("k", [1, 2, 50, 64])
 def test_lanes_irregular_and_strided_rows(small_lanes, k):
     _check(_rand(3, 1999, seed=23 + k), k, fn=sampling.topk_by_lanes)  # not a multiple of the lanes
@@ -369,13 +395,13 @@ LANE_SLICE = {"md_ptr": "*fp32", "lm_ptr": "*fp32", "lv_ptr": "*fp32", "lc_ptr":
 LANE_MERGE = {"out_ptr": "*fp32", "idx_ptr": "*i64", "md_ptr": "*fp32", "lm_ptr": "*fp32", "lv_ptr": "*fp32",
               "lc_ptr": "*i32", "buf_ptr": "*i64", "ubuf_ptr": "*i32", "in_ptr": "*bf16", "u_ptr": "*fp32",
               "in_row_stride": "i32", "in_col_stride": "i32", "n_cols": "i32", "slice_len": "i32", "n_slices": "i32",
-              "sl2e": "fp32", "scale": "fp32", "k": "i32", "top_p": "fp32", "stop": "i32"}
+              "sl2e": "fp32", "scale": "fp32", "k": "i32", "top_p": "fp32", "stop": "i32", "n_real": "i32"}
 K = sampling.candidate_lanes(1)
 plan = sampling.lane_plan(1, 256000, 8, target_programs=1056)
 assert plan["lanes_p2"] == 4096 and plan["merge_warps"] == 8
 lanes = dict(BLOCK=plan["block"], SLICES=plan["slices_p2"], CHUNK=8, LANES=plan["lanes_p2"], CAP=128,
-             UCAP=sampling.UNCLEAN_LANES, RENORM=True, SORT=True)
-for fn, sig, const, warps in [(sampling.lane_slice_kernel, LANE_SLICE, dict(BLOCK=plan["block"], CHUNK=8), plan["warps"]),
+             UCAP=sampling.UNCLEAN_LANES, UB=32, UW=64, RENORM=True, SORT=True, PDL=True)
+for fn, sig, const, warps in [(sampling.lane_slice_kernel, LANE_SLICE, dict(BLOCK=plan["block"], CHUNK=8, PDL=True), plan["warps"]),
                               (sampling.lane_merge_kernel, LANE_MERGE, dict(lanes, K=K, MODE=0), plan["merge_warps"]),
                               (sampling.lane_merge_kernel, LANE_MERGE, dict(lanes, K=64, MODE=1), plan["merge_warps"])]:
     sig = dict(sig, **{name: "constexpr" for name in const})
