@@ -116,22 +116,28 @@ def test_long_rows_are_split_across_programs():
 
 
 def test_the_tile_rule_and_its_exceptions():
-    """backward_tiled_config batches short rows to 4096 elements at about 16 a thread; a float32 row of
-    more than 8192 columns takes 8 warps; rows that fit go to the split only while it launches at most
-    SPLIT_PROGRAMS_PER_SM (3) programs an SM, and never a row of one slice."""
+    """backward_tiled_config batches short rows to 4096 elements at about 16 a thread; a row of 64 KiB or
+    more of each input (rounded up to a power of two) takes 8 warps, float32 from 8193 columns and 16-bit
+    types from 16385; rows that fit go to the split only where the tile spills (rows of 16385 to 32768
+    columns, any dtype) and while the split launches at most SPLIT_PROGRAMS_PER_SM (3) programs an SM."""
     from helpers.kernels.backward import backward_splits_few_rows, backward_tiled_config
 
     assert backward_tiled_config(1024, 4) == (4, 8) and backward_tiled_config(100, 2) == (32, 8)
     assert backward_tiled_config(8192, 4) == (1, 16) and backward_tiled_config(8192, 2) == (1, 16)
-    for n in (8193, 12672, 16384, 32000, 32768):
+    for n in (8193, 12672, 16384):
         assert backward_tiled_config(n, 4) == (1, 8)
-        assert backward_tiled_config(n, 2) == (1, 32)  # 16-bit rows keep 32 warps
-        assert backward_tiled_config(n, 8)[1] == 32  # float64 too (8 warps would spill its doubles)
+        assert backward_tiled_config(n, 2) == (1, 32)  # 32 KiB of 16-bit values a row: 32 warps
+    for n in (16385, 32000, 32768):
+        assert backward_tiled_config(n, 4) == (1, 8) and backward_tiled_config(n, 2) == (1, 8)
+    for n in (8193, 32768):
+        assert backward_tiled_config(n, 8)[1] == 32  # float64 keeps 32 (8 warps would spill its doubles)
     # 32000 columns are 8 slices: 3 x 132 = 396 programs allow 49 rows, not 50
     assert backward_splits_few_rows(1, 32000, 4, 132) and backward_splits_few_rows(49, 32000, 2, 132)
     assert not backward_splits_few_rows(50, 32000, 4, 132) and not backward_splits_few_rows(64, 32000, 2, 132)
-    assert not backward_splits_few_rows(1, 4096, 4, 132)  # one slice: nothing to spread
-    assert backward_splits_few_rows(198, 4097, 4, 132) and not backward_splits_few_rows(199, 4097, 4, 132)
+    assert backward_splits_few_rows(1, 16385, 2, 132) and backward_splits_few_rows(1, 16385, 4, 132)
+    for n in (4096, 4097, 8192, 12672, 16384):  # the tile holds these rows without spilling: never split
+        for size in (2, 4):
+            assert not backward_splits_few_rows(1, n, size, 132)
     assert not backward_splits_few_rows(4096, 32768, 4, 132)
     y, dy = pair((8, 32000), scale=1.0)
     plan = backward_plan(helpers.launch.Rows.of(y, dy))
@@ -548,7 +554,9 @@ def test_the_recordings_are_not_faked():
     it moved to tools/), with a spread for every timing."""
     paths = sorted(gpu_data.DATA_DIR.glob("backward_h[0-9]*.csv"))  # the benchmark's, one per GPU
     assert {p.name for p in paths} >= {"backward_h100.csv", "backward_h200.csv"}
-    for p in sorted(gpu_data.DATA_DIR.glob("backward_boundary_*.csv")):  # lesson 08's probe of the split boundary
+    probes = sorted(gpu_data.DATA_DIR.glob("backward_boundary_*.csv")) + sorted(gpu_data.DATA_DIR.glob("backward_rows_*.csv"))
+    assert len(probes) >= 4
+    for p in probes:  # lesson 08's probes of the split boundary and of the rows that fit
         rows, meta = gpu_data.read_csv(p)
         assert "CPU" not in meta.get("gpu", "CPU") and rows, p.name
         assert all(math.isfinite(float(r["graph_spread"])) for r in rows), p.name

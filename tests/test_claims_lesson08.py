@@ -161,10 +161,13 @@ def test_the_split_on_long_rows(bench):
     at_32k = both.query("N == 32000").pivot_table(index=["gpu", "dtype", "M"], columns="provider", values="graph_frac")
     ratio = at_32k.liger_backward / at_32k.course
     f32, b16 = ratio.xs("float32", level="dtype"), ratio.xs("bfloat16", level="dtype")
-    assert (f32 < 1).all() and (b16 > 1).all()
+    assert (f32 < 1).all()
     quotes(text, f"ahead of Liger's backward at all {len(f32)} cells (Liger's at {f32.min():.2f} to {f32.max():.2f} of its speed)")
-    quotes(text, f"Liger is ahead at all {len(b16)} cells, {b16.min():.2f} to {b16.max():.2f} times as fast")
-    bf256 = at_32k.xs(("bfloat16", 256), level=("dtype", "M"))  # "even the looped kernel is ahead of the tile"
+    quotes(text, f"In bfloat16 Liger's is {b16.min():.2f} to {b16.max():.2f} times as fast, within 3% at "
+                 f"{['no', 'one', 'two', 'three', 'four', 'five', 'six', 'seven', 'all'][(b16 <= 1.03).sum()]} "
+                 f"of the {len(b16)} cells")
+    bf256 = at_32k.xs(("bfloat16", 256), level=("dtype", "M"))  # "the looped kernel is ahead of both"
+    assert (bf256.course_looped > bf256.liger_backward).all()
     quotes(text, f"({bf256.course_looped['H100']:.2f} and {bf256.course_looped['H200']:.2f} on the H100 and the H200, "
                  f"against {bf256.course['H100']:.2f} and {bf256.course['H200']:.2f})")
     assert (bf256.course_looped > bf256.course).all()
@@ -191,12 +194,47 @@ def test_the_tile_rule_exceptions():
     assert 2 * 32768 == regs
     quotes(text, f"keep 8 of {sms} SMs busy")
     assert backward_tiled_config(32000, 4) == (1, 8) and backward_tiled_config(8193, 4) == (1, 8)
-    assert backward_tiled_config(8192, 4)[1] != 8 and backward_tiled_config(32000, 2) == (1, 32)
+    assert backward_tiled_config(8192, 4)[1] != 8 and backward_tiled_config(32000, 2) == (1, 8)
+    assert backward_tiled_config(16384, 2) == (1, 32) and backward_tiled_config(16385, 2) == (1, 8)  # 64 KiB a row
+    assert "float32 rows of more than 8192 columns, 16-bit rows of more than 16384" in text
     both = pd.concat([data.load("backward", gpu=g) for g in ("h100", "h200")])
     held = sorted(set(both.query("N == 32000").M))
     split = [m for m in held if backward_splits_few_rows(m, 32000, 4, sms)]
     assert split == [m for m in held if backward_splits_few_rows(m, 32000, 2, sms)]
     quotes(cell_with(LESSON, "What the split does"), f"the split at {' and '.join(map(str, split))} rows")
+
+
+def test_the_rows_that_fit_probe():
+    """The probe behind the two exceptions (backward_rows_<gpu>.csv): the library's tile against the split with
+    few rows, and 8 against 32 warps for bfloat16 rows, with the lesson's own lines."""
+    from helpers.kernels.backward import backward_splits_few_rows, backward_tiled_config
+
+    rows = pd.concat({g.upper(): data.load("backward_rows", gpu=g) for g in ("h100", "h200")}, names=["gpu", "i"]).reset_index("gpu")
+    assert not data.noisy(rows.graph_spread).any()
+    size = rows.dtype.map({"float32": 4, "bfloat16": 2, "float16": 2})
+    rows["library's tile"] = [f"tile_{backward_tiled_config(n, s)[1]}w" for n, s in zip(rows.N, size)]
+    frac = rows.pivot_table(index=["gpu", "dtype", "N", "M"], columns="variant", values="graph_frac")
+    tile = rows[rows.variant == rows["library's tile"]].set_index(["gpu", "dtype", "N", "M"]).graph_frac
+    few = (tile / frac.coop_4096x4).rename("tile / split").to_frame().query("M <= 8 and dtype != 'float16'")["tile / split"]
+    text = cell_with(LESSON, "Two exceptions concern long rows")
+    fits = few[few.index.get_level_values("N") <= 16384]
+    spills = few[few.index.get_level_values("N") > 16384]
+    assert set(fits.index.get_level_values("N")) == {8192, 12672, 16384} and set(spills.index.get_level_values("N")) == {32000, 32768}
+    assert (fits > 1).all() and (spills < 1).all()
+    quotes(text, f"at 8192 to 16384 columns the library's tile is {fits.min():.2f} to {fits.max():.2f} times as fast as the split "
+                 "with 1 or 8 rows, in float32 and in bfloat16")
+    quotes(text, f"(the tile at {spills.min():.2f} to {spills.max():.2f} of its speed)")
+    # the library follows: rows that fit without spilling never split, those that spill do with few rows
+    sms = int(data.load("device_props").sm_count[0])
+    for (gpu, dtype, n, m) in few.index:
+        assert backward_splits_few_rows(m, n, 4 if dtype == "float32" else 2, sms) == (n > 16384)
+    b16 = frac.query("dtype == 'bfloat16' and N in (12672, 16384, 32768)")
+    ratio = b16.tile_8w / b16.tile_32w
+    at_32k, shorter = ratio.xs(32768, level="N"), ratio[ratio.index.get_level_values("N") < 32768]
+    assert sorted(set(at_32k.index.get_level_values("M"))) == [1, 8, 32, 64, 128, 256, 512, 1024, 4096]
+    quotes(text, f"runs {at_32k.min():.3f} to {at_32k.max():.3f} times as fast at 8 warps as at 32, from 1 to 4096 rows on both GPUs")
+    quotes(text, f"(8 warps at {shorter.min():.3f} to {shorter.max():.3f} of their speed)")
+    assert shorter.max() < 1 and (at_32k > 1).mean() > 0.9
 
 
 def triton_next_pow2(n: int) -> int:

@@ -138,9 +138,10 @@ def check_backward_inputs(y, dy):
 def backward_tiled_config(n_cols, element_size):
     """(rows per program, warps) for rows of n_cols columns of element_size bytes: short rows are batched
     until a program holds 4096 elements of each input, with about 16 elements of each per thread (32 warps
-    at most); a float32 row of more than 8192 columns takes 8 warps."""
+    at most); a row of 64 KiB or more of each input, rounded up to a power of two (float32 from 8193
+    columns, 16-bit types from 16385), takes 8 warps."""
     block_n = triton.next_power_of_2(max(n_cols, 1))
-    if element_size == 4 and block_n >= 16384:  # one program per SM at any warps: fewer, fuller threads
+    if element_size <= 4 and block_n * element_size >= 65536:  # one program per SM at any warps: fewer, fuller threads
         return 1, 8
     block_m = max(1, min(64, 4096 // block_n))
     return block_m, min(32, max(1, block_m * block_n // (32 * 16)))
@@ -233,16 +234,19 @@ SPLIT_PROGRAMS_PER_SM = 3
 
 
 def backward_splits_few_rows(n_rows, n_cols, element_size, sms):
-    """Whether rows that fit on chip are better split: a row spans more than one of the split's slices,
-    and there are so few rows that the split's programs (rows x slices) number at most
-    SPLIT_PROGRAMS_PER_SM an SM, while one program per row would leave SMs idle."""
+    """Whether rows that fit on chip are better split: the tile would spill (the row rounded up to a power
+    of two is BACKWARD_TILED_MAX_COLS columns, so its y and dy in float32 fill an SM's registers), and there
+    are so few rows that the split's programs (rows x slices) number at most SPLIT_PROGRAMS_PER_SM an SM.
+    A shorter row stays in registers: one tile per row is faster then, however few the rows."""
+    if triton.next_power_of_2(max(n_cols, 1)) < BACKWARD_TILED_MAX_COLS:
+        return False
     slices = triton.cdiv(n_cols, backward_coop_config(element_size)[0])
-    return slices > 1 and n_rows * slices <= SPLIT_PROGRAMS_PER_SM * sms
+    return n_rows * slices <= SPLIT_PROGRAMS_PER_SM * sms
 
 
 def backward_plan(rows):
-    """What ``softmax_backward`` launches: the tiled kernel while rows fit on chip, unless so few rows
-    would leave most SMs idle (``backward_splits_few_rows``); longer rows, the split."""
+    """What ``softmax_backward`` launches: the tiled kernel while rows fit on chip, unless a row would spill
+    and so few rows would leave most SMs idle (``backward_splits_few_rows``); longer rows, the split."""
     if rows.n_cols > BACKWARD_TILED_MAX_COLS:
         return backward_coop_plan(rows)
     if (ON_GPU and rows.dtype != torch.float64
