@@ -303,3 +303,55 @@ def test_the_search_for_t_counts():
                  f"at most {got[0][4]:.0f} and {got[1][4]:.0f}", "{}")
     assert all(round(float(g[0])) == 6 for g in got) and max(g[2] for g in got) <= 64  # "about 6", at most `stop`
     assert max(g[4] for g in got) < 16  # "never close to full": the other half of 128 holds 64 keys
+
+
+# FlashInfer's sampling beside `sample` (figures/data/sampling_flashinfer_h100.csv), as the lesson's cell derives it.
+FLASHINFER = "where the path timed is FlashInfer's default"
+FI_COLS = ["course_sample", "flashinfer_sample", "flashinfer_sample_scaled"]
+
+
+def _flashinfer():
+    fi = data.load("sampling_flashinfer", gpu="h100")
+    shape = ["dtype", "M", "N"]
+    us = fi.pivot_table(index=shape, columns="provider", values="graph_us")[FI_COLS]
+    noisy = data.noisy(fi.pivot_table(index=shape, columns="provider", values="graph_spread")[FI_COLS])
+    host = fi.pivot_table(index=shape, columns="provider", values="host_us")[FI_COLS]
+    return fi, us, noisy, host
+
+
+def test_flashinfer_against_sample_in_gpu_time():
+    fi, us, noisy, _ = _flashinfer()
+    assert fi.attrs["provenance"]["flashinfer_path"] == "masked whole row at every N"  # what the prose says was timed
+    assert set(fi.provider) == {"copy", *FI_COLS} and (fi.status == "ok").all()
+    times = us[["flashinfer_sample", "flashinfer_sample_scaled"]].div(us.course_sample, axis=0)
+    default = times.index.get_level_values("N") < 65536
+    quiet = ~noisy.any(axis=1)
+    text = cell_with("09", FLASHINFER)
+    quotes(text, {1: "One", 2: "Two", 3: "Three", 4: "Four"}[int((~quiet).sum())] + " shapes where `sample`'s rounds spread", "{}")
+    for rows, same, alone, ahead in [(default & quiet, "same draw takes {} to {} times its GPU time",
+                                      "its kernels alone {} to {} times", "ahead at all {} shapes:"),
+                                     (~default & quiet, "masked path takes {} to {} times as long",
+                                      "(its kernels alone {} to {})", "ahead at all {} shapes left")]:
+        t = times[rows]
+        quotes(text, same.format(f"{t.flashinfer_sample.min():.1f}", f"{t.flashinfer_sample.max():.1f}"), "{}")
+        quotes(text, alone.format(f"{t.flashinfer_sample_scaled.min():.1f}", f"{t.flashinfer_sample_scaled.max():.1f}"), "{}")
+        assert (t.min(axis=1) > 1).all()
+        quotes(text, ahead.format(len(t)), "{}")
+
+
+def test_flashinfer_one_row_and_host_time():
+    _, us, _, host = _flashinfer()
+    text = cell_with("09", FLASHINFER)
+    row = us.loc[("float32", 1)].loc[[32000, 256000]].round(1)
+    quotes(text, f"take {row.flashinfer_sample_scaled[32000]:.1f} µs at one row of 32000 float32 logits and "
+                 f"{row.flashinfer_sample_scaled[256000]:.1f} µs at 256000", "{}")
+    quotes(text, f"takes {row.course_sample[32000]:.1f} and {row.course_sample[256000]:.1f} µs", "{}")
+    quotes(text, f"costs {host.course_sample.min():.0f} to {host.course_sample.max():.0f} µs of the CPU, "
+                 f"FlashInfer's same draw {host.flashinfer_sample.min():.0f} to {host.flashinfer_sample.max():.0f} µs", "{}")
+    assert (host.course_sample > us.course_sample).all() and "above its GPU time at all 32 shapes" in text
+    assert len(host) == 32
+
+
+def test_flashinfer_derivations_are_in_sight():
+    cell = code_cell_with("09", "fi_us[[\"flashinfer_sample\", \"flashinfer_sample_scaled\"]].div(")
+    assert "default & quiet" in cell and "host.course_sample.min()" in cell and "(\"float32\", 1)" in cell
