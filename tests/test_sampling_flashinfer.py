@@ -1,0 +1,39 @@
+"""tools/sampling_flashinfer.py (FlashInfer beside lesson 09's `sample`): its guard without a GPU, and the
+exact distribution its --check compares FlashInfer's and the course's draws with."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import helpers
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.needs_triton  # the script imports the course's kernels (helpers.lesson09)
+
+
+@pytest.mark.skipif(helpers.ON_GPU, reason="on a GPU the script measures for real")
+def test_without_a_gpu_it_says_so():
+    r = subprocess.run([sys.executable, "tools/sampling_flashinfer.py"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 2 and "has none" in r.stderr
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_filtered_probs_is_the_top_k_then_top_p_distribution(seed):
+    sys.path.insert(0, str(ROOT / "tools"))
+    import sampling_flashinfer as sf
+
+    row = torch.randn(300, generator=torch.Generator().manual_seed(seed)) * (1 + 2 * seed)
+    q = sf.filtered_probs(row)
+    p = torch.softmax(row.double() / sf.T, -1)
+    kept = q > 0
+    assert abs(q.sum().item() - 1) < 1e-12 and 1 <= kept.sum() <= sf.K
+    assert kept[p.argmax()]                                          # the most probable token always stays
+    top = p.topk(sf.K).values / p.topk(sf.K).values.sum()            # the top K, renormalized
+    n = int(kept.sum())
+    assert top[:n].sum() >= sf.P and (n == 1 or top[: n - 1].sum() < sf.P)  # the smallest nucleus of mass P
+    assert torch.allclose(q[kept].sort(descending=True).values, top[:n] / top[:n].sum())
+    assert (p[kept].min() >= p[~kept].max()) if (~kept).any() else True  # no token kept below one dropped
