@@ -4,8 +4,11 @@
     python tools/sampling_flashinfer.py           # figures/data/sampling_flashinfer_<gpu>.csv, about 3 minutes
 
 FlashInfer is not one of the course's dependencies: install ``flashinfer-python`` (with ``apache-tvm-ffi``) to
-run this. It compiles its CUDA sources with nvcc on first use (minutes; set FLASHINFER_CUDA_ARCH_LIST=9.0a on a
-Hopper GPU to build one architecture). Without it the script says so and exits with status 2.
+run this. It compiles its CUDA sources with nvcc on first use (set FLASHINFER_CUDA_ARCH_LIST=9.0a on a Hopper
+GPU to build one architecture): its sampling module in about 2 minutes on 16 cores, its top-k module in well
+over 7. Without FlashInfer the script says so and exits with status 2. Where the top-k module cannot load (with
+FLASHINFER_DISABLE_JIT=1 and no prebuilt copy, say), or with ``--no-radix``, FlashInfer's masked whole-row path
+is timed at every N, and the CSV's ``flashinfer_path`` line says which path was timed.
 
 Shapes and timings are ``tools/sampling_bench.py``'s: M = 1, 8, 64, 256 rows of N = 32000, 128256, 151936,
 256000 logits (x = 3 * randn), float32 and bfloat16, timed by ``helpers.lesson09.sampling_rows`` (3 rounds
