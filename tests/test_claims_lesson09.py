@@ -355,3 +355,30 @@ def test_flashinfer_one_row_and_host_time():
 def test_flashinfer_derivations_are_in_sight():
     cell = code_cell_with("09", "fi_us[[\"flashinfer_sample\", \"flashinfer_sample_scaled\"]].div(")
     assert "default & quiet" in cell and "host.course_sample.min()" in cell and "(\"float32\", 1)" in cell
+
+
+# The merge's chain, as first written and shortened (figures/data/topk_merge_h100.csv), as the lesson's cell derives it.
+MERGE_AB = "The shorter chain is faster at all"
+
+
+def test_the_shorter_merge_chain():
+    merge_ab = data.load("topk_merge", gpu="h100")
+    chains = {"library": "merge as first written", "cand_lw": "shorter chain"}
+    whole = merge_ab[merge_ab.variant.isin(list(chains)) & (merge_ab.what == "topk")]
+    assert whole.spread.max() < 0.1 and (whole.err.astype(float) < 1e-2).all()  # quiet rounds, checked against float64
+    us = whole.pivot_table(index=["dtype", "M", "N"], columns="variant", values="graph_us")
+    gain = us["library"] - us["cand_lw"]
+    alone = merge_ab.query("variant == 'cand_lw' and what == 'merge'").graph_us
+    frac = whole.pivot_table(index=["dtype", "M", "N"], columns="variant", values="frac_of_one_read")
+    text = cell_with("09", MERGE_AB)
+    assert (gain > 0).all()
+    quotes(text, f"faster at all {len(gain)} shapes, by {gain.min():.1f} to {gain.max():.1f} µs", "{}")
+    assert gain.idxmax()[1] == 256 and gain.idxmin()[1:] == (64, 256000)  # "most at 256 rows ... least at 64 rows of 256000"
+    b, f = frac.loc[("bfloat16", 256, 256000)], frac.loc[("float32", 256, 256000)]
+    quotes(text, f"from {b['library']:.3f} to {b['cand_lw']:.3f} of one read in bfloat16 and from {f['library']:.3f} "
+                 f"to {f['cand_lw']:.3f} in float32", "{}")
+    quotes(text, f"The merge alone still takes {alone.min():.1f} to {alone.max():.1f} µs", "{}")
+    d, M, N = gain.idxmin()
+    least = whole.query("dtype == @d and M == @M and N == @N").spread.max()
+    assert gain.min() < least * us["library"].loc[(d, M, N)]  # "there within the rounds' spread"
+    assert "gain.min().round(1)" in code_cell_with("09", 'merge_ab = data.load("topk_merge", gpu="h100")')
