@@ -18,6 +18,16 @@ SORT = ON_GPU       # merge candidates with tl.topk where compiled; the interpre
 FEW_WINNERS = tl.constexpr(8)  # a block with at most this many winners merges them one at a time (compiled)
 
 
+def cdiv(a, b):
+    """ceil(a / b) for Python ints, as triton.cdiv, which costs microseconds a call from Python."""
+    return -(-a // b)
+
+
+def next_pow2(n):
+    """The smallest power of two >= n >= 1, as triton.next_power_of_2, without its cost."""
+    return 1 << (n - 1).bit_length()
+
+
 @triton.jit
 def topk_keys(x, cols, n_cols):
     # One int64 per column that orders as (logit, then lower column). High half: the float32 bits,
@@ -156,18 +166,18 @@ def topk_merge_kernel(
 def topk_plan(n_rows, n_cols, K, target_programs=None):
     """How to cut rows into slices for a top-K of K candidates: about 4 programs per SM."""
     target = target_programs or (sm_count() * 4 if ON_GPU else 4)
-    block = max(K, min(1024, triton.next_power_of_2(n_cols)))
-    blocks = triton.cdiv(n_cols, block)
-    slices = max(1, min(blocks, triton.cdiv(target, max(n_rows, 1)), max(1, 4096 // K)))
-    slice_len = triton.cdiv(blocks, slices) * block
-    slices = triton.cdiv(n_cols, slice_len)
+    block = max(K, min(1024, next_pow2(n_cols)))
+    blocks = cdiv(n_cols, block)
+    slices = max(1, min(blocks, cdiv(target, max(n_rows, 1)), max(1, 4096 // K)))
+    slice_len = cdiv(blocks, slices) * block
+    slices = cdiv(n_cols, slice_len)
     return {"block": block, "slices": slices, "slice_len": slice_len,
-            "slices_p2": triton.next_power_of_2(slices), "warps": 8 if block >= 2048 else 4}
+            "slices_p2": next_pow2(slices), "warps": 8 if block >= 2048 else 4}
 
 
 def candidate_lanes(k):
     """K, the lanes that hold k candidates: a power of two, at least 2 (Triton's compiled tl.topk fails for 1)."""
-    return max(2, triton.next_power_of_2(k))
+    return max(2, next_pow2(k))
 
 
 def _rows(x, name):
@@ -450,17 +460,17 @@ def lane_plan(n_rows, n_cols, chunk, target_programs=None):
     MAX_LANES lanes a row, each slice a whole number of steps of block * chunk columns, and a power of two of
     them, so that the merge kernel's lanes (slices * block) need no padding."""
     target = target_programs or (sm_count() * LANE_PROGRAMS_PER_SM if ON_GPU else 4)
-    block = min(LANE_BLOCK, triton.next_power_of_2(triton.cdiv(n_cols, chunk)))
-    steps = triton.cdiv(n_cols, block * chunk)
-    slices = max(1, min(steps, triton.cdiv(target, max(n_rows, 1)), MAX_LANES // block))
+    block = min(LANE_BLOCK, next_pow2(cdiv(n_cols, chunk)))
+    steps = cdiv(n_cols, block * chunk)
+    slices = max(1, min(steps, cdiv(target, max(n_rows, 1)), MAX_LANES // block))
     down = 1 << (slices.bit_length() - 1)  # the power of two below, if it keeps 3/4 of the programs, else above
     slices = down if 4 * down >= 3 * slices or 2 * down > min(steps, MAX_LANES // block) else 2 * down
-    slice_len = triton.cdiv(steps, slices) * block * chunk
-    slices = triton.cdiv(n_cols, slice_len)
+    slice_len = cdiv(steps, slices) * block * chunk
+    slices = cdiv(n_cols, slice_len)
     return {"block": block, "chunk": chunk, "slices": slices, "slice_len": slice_len,
-            "slices_p2": triton.next_power_of_2(slices),
-            "lanes_p2": triton.next_power_of_2(slices * block), "warps": 8 if block >= 1024 else 4,
-            "merge_warps": max(4, min(16, triton.next_power_of_2(slices * block) // 512))}  # <= 16 lanes a thread
+            "slices_p2": next_pow2(slices),
+            "lanes_p2": next_pow2(slices * block), "warps": 8 if block >= 1024 else 4,
+            "merge_warps": max(4, min(16, next_pow2(slices * block) // 512))}  # <= 16 lanes a thread
 
 
 @functools.cache
@@ -488,8 +498,8 @@ def _lanes(rows, K, k, out, idx, scale=1.0, mode=0, u=None, top_p=1.0, renorm=Tr
     md, lane_max, lane_v2 = (t.view(torch.float32) for t in (md, lane_max, lane_v2))
     buf = buf.view(torch.int64)
     sl2e = scale * 1.4426950408889634  # exp(y) = exp2(y * log2(e))
-    n_real = sum(min(B, triton.cdiv(N - s * plan["slice_len"], E)) for s in range(S))
-    uw = min(256, triton.next_power_of_2(plan["slice_len"] // B))  # an unclean lane's logits, up to 256 a gather
+    n_real = (S - 1) * B + min(B, cdiv(N - (S - 1) * plan["slice_len"], E))  # lanes that start before the row's end
+    uw = min(256, next_pow2(plan["slice_len"] // B))  # an unclean lane's logits, up to 256 a gather
     pdl = launch_pdl(rows.device.index)
     lane_slice_kernel[(M, S)](md, lane_max, lane_v2, lane_col, rows, rows.stride(0), rows.stride(1),
                               N, plan["slice_len"], S, sl2e, BLOCK=B, CHUNK=E, PDL=pdl, num_warps=plan["warps"])
