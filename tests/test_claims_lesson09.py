@@ -37,7 +37,8 @@ def test_the_derivations_are_in_sight():
     assert "frac_of_one_read.min()" in cell and "hf.ms.min()" in cell and "few[~copy].us.min()" in cell
 
 
-# The course against its peers (figures/data/sampling_h100.csv), as the lesson's cells derive it.
+# The course against its peers (figures/data/sampling_h100.csv, two runs: the course's rows with their copy, and the
+# other providers'), as the lesson's cells derive it.
 FEW = "At one and eight rows `softmax_topk` takes"
 MANY = "At 64 and 256 rows `softmax_topk` reaches"
 TOPK = ["course_softmax_topk", "torch_softmax_topk", "compile_softmax_topk"]
@@ -62,11 +63,18 @@ def test_few_rows_course_against_pytorch_in_microseconds():
     quotes(text, f"(the first design alone {first.min():.1f} to {first.max():.1f})", "{}")
 
 
+def _few_noisy():
+    return data.noisy(_bench().query("M <= 8").pivot_table(index=["dtype", "M", "N"], columns="provider",
+                                                           values="graph_spread"))
+
+
 def test_few_rows_sample_against_the_hugging_face_chain_and_the_copy():
     us = _few_us()
     text = cell_with("09", FEW)
-    ratio = us[["torch_hf_sample", "compile_hf_sample"]].min(axis=1) / us.course_sample
-    quotes(text, f"`sample` takes {us.course_sample.min():.1f} to {us.course_sample.max():.1f} µs", "{}")
+    quiet = ~_few_noisy().course_sample  # the ranges leave out sample's noisy cells
+    sample = us.course_sample[quiet]
+    ratio = (us[["torch_hf_sample", "compile_hf_sample"]].min(axis=1) / us.course_sample)[quiet]
+    quotes(text, f"`sample` takes {sample.min():.1f} to {sample.max():.1f} µs", "{}")
     quotes(text, f"chain {ratio.min():.1f} to {ratio.max():.1f} times as long", "{}")
     quotes(text, f"copy's {us['copy'].min():.1f} to {us['copy'].max():.1f} µs", "{}")
     assert us.compile_hf_sample.loc[:, 8].isna().all()  # "fails in Inductor at eight rows"
@@ -84,7 +92,10 @@ def test_many_rows_fraction_of_one_read_and_where_the_course_is_ahead():
     quotes(text, f"the first design alone {first.min():.3f} to {first.max():.3f}", "{}")
     quotes(text, f"{(course / first).min():.1f} to {(course / first).max():.1f} times as fast as the first", "{}")
     assert len(frac.index[course > peer]) == len(frac) and "ahead of PyTorch at every shape" in text
-    assert course.max() < 0.85 and "nowhere at 0.85 of the floor" in text  # the target is not claimed
+    met = course[course >= 0.85]  # the target met at these shapes only
+    assert len(met) == 1 and "at 0.85 of the floor at one shape only" in text
+    (d, M, N), = met.index
+    quotes(text, f"{d} {M} × {N} ({met.iloc[0]:.3f})", "{}")
 
 
 def test_the_merge_not_the_read_limits_the_design():
@@ -92,13 +103,14 @@ def test_the_merge_not_the_read_limits_the_design():
     ends = b.query("(M == 256 and N == 256000) or (M == 64 and N == 32000)")
     ends = ends.pivot_table(index=["M", "N", "dtype"], columns="provider", values="graph_us")
     ends = ends.assign(one_read=ends["copy"] / 2)
+    ends = ends.assign(above_read=ends.course_softmax_topk - ends.one_read)
     text = cell_with("09", MANY)
     big, small = ends.loc[(256, 256000)], ends.loc[(64, 32000)]
     quotes(text, f"one read takes {big.one_read['float32']:.1f} µs in float32 and {big.one_read['bfloat16']:.1f} µs in bfloat16", "{}")
     quotes(text, f"`softmax_topk` {big.course_softmax_topk['float32']:.1f} µs and {big.course_softmax_topk['bfloat16']:.1f} µs", "{}")
     quotes(text, f"(the first design {big.course_topk_per_program['float32']:.1f} and {big.course_topk_per_program['bfloat16']:.1f})", "{}")
-    assert (big.course_softmax_topk - big.one_read).between(15, 25).all()  # "about twenty microseconds above the read"
-    assert "about twenty microseconds above the read" in text
+    quotes(text, f": {big.above_read['float32']:.1f} and {big.above_read['bfloat16']:.1f} µs above the read", "{}")
+    assert "ends.course_softmax_topk - ends.one_read" in code_cell_with("09", "peer = frac")
     quotes(text, f"At 64 rows of 32000 one read takes {small.one_read['float32']:.1f} µs in float32 and "
                  f"`softmax_topk` {small.course_softmax_topk['float32']:.1f} µs", "{}")
     assert small.one_read["float32"] < 0.2 * small.course_softmax_topk["float32"]  # "most of it is the merge kernel"
@@ -116,28 +128,41 @@ def test_no_quoted_range_ends_on_a_noisy_cell():
     spread = b.pivot_table(index=["dtype", "M", "N"], columns="provider", values="graph_spread")
     us = _few_us()
     many = b.query("M >= 64").pivot_table(index=["dtype", "M", "N"], columns="provider", values="frac_of_one_read")
+    few_quiet = ~data.noisy(spread.loc[us.index].course_sample)
+    many_quiet = ~data.noisy(spread.loc[many.index].course_sample)
     ranges = [
         (us.course_softmax_topk, ["course_softmax_topk"]),
         (us[["torch_softmax_topk", "compile_softmax_topk"]].min(axis=1) / us.course_softmax_topk, TOPK),
-        (us.course_sample, ["course_sample"]),
-        (us[["torch_hf_sample", "compile_hf_sample"]].min(axis=1) / us.course_sample,
+        (us.course_sample[few_quiet], ["course_sample"]),
+        ((us[["torch_hf_sample", "compile_hf_sample"]].min(axis=1) / us.course_sample)[few_quiet],
          ["course_sample", "torch_hf_sample", "compile_hf_sample"]),
         (us["copy"], ["copy"]), (us.course_topk_per_program, ["course_topk_per_program"]),
-        (many.course_softmax_topk, ["course_softmax_topk", "copy"]), (many.course_sample, ["course_sample", "copy"]),
+        (many.course_softmax_topk, ["course_softmax_topk", "copy"]), (many.course_sample[many_quiet], ["course_sample", "copy"]),
         (many.course_softmax_topk / many.course_topk_per_program, ["course_softmax_topk", "course_topk_per_program"]),
     ]
     for values, providers in ranges:
         for at in (values.idxmin(), values.idxmax()):
             assert (spread.loc[at, providers].fillna(0) <= 0.10).all(), (at, providers)
-    assert not data.noisy(spread.loc[us.index]).to_numpy().any()
-    assert "No cell's rounds spread over 10%" in cell_with("09", FEW)
-    assert not data.noisy(spread.loc[many.index]).to_numpy().any()  # at M >= 64, none
+    # the noisy cells the prose names: at M <= 8 three of sample and one of the lane design alone (in no table)
+    few_noisy = data.noisy(spread.loc[us.index])
+    counts = few_noisy.sum()[few_noisy.sum() > 0].to_dict()
+    assert counts == {"course_sample": 3, "course_topk_lanes": 1}, counts
+    text = cell_with("09", FEW)
+    assert "Three cells of `sample` spread over 10%" in text and "a fourth is of the lane design alone" in text
+    # at M >= 64 one, of sample
+    many_noisy = data.noisy(spread.loc[many.index])
+    assert many_noisy.to_numpy().sum() == 1 and many_noisy.course_sample.sum() == 1
+    (d, M, N), = many_noisy.index[many_noisy.course_sample]
+    quotes(cell_with("09", MANY), f"its one cell spread over 10%, {d} {M} × {N}, left out of its range", "{}")
 
 
 def test_many_rows_sample_against_the_hugging_face_chain():
-    frac = _bench().query("M >= 64").pivot_table(index=["dtype", "M", "N"], columns="provider", values="frac_of_one_read")
+    many = _bench().query("M >= 64")
+    frac = many.pivot_table(index=["dtype", "M", "N"], columns="provider", values="frac_of_one_read")
+    noisy = data.noisy(many.pivot_table(index=["dtype", "M", "N"], columns="provider", values="graph_spread"))
+    sample = frac.course_sample[~noisy.course_sample]
     text = cell_with("09", MANY)
-    quotes(text, f"{frac.course_sample.min():.3f} to {frac.course_sample.max():.3f} of one read against "
+    quotes(text, f"{sample.min():.3f} to {sample.max():.3f} of one read against "
                  f"{frac.torch_hf_sample.min():.3f} to {frac.torch_hf_sample.max():.3f}", "{}")
     assert (frac.course_sample > frac.torch_hf_sample).all()  # "at every shape"
 
@@ -204,7 +229,8 @@ H200 = "On the H200 `softmax_topk` reaches"
 
 
 def test_the_h200_paragraph_fractions_beside_the_h100():
-    """Both recordings are of the same design (the chunked lane loop): the fractions are compared directly."""
+    """Both recordings' course rows are of the same design (the shorter merge), each against its own run's copy:
+    the fractions are compared directly. PyTorch's rows are from each GPU's other run."""
     h100, h200 = data.load("sampling", gpu="h100"), data.load("sampling", gpu="h200")
     assert len(h200.query("M >= 64 and provider == 'course_softmax_topk'")) == 16
     assert set(h100.provider) == set(h200.provider)
@@ -213,7 +239,7 @@ def test_the_h200_paragraph_fractions_beside_the_h100():
     quotes(text, f"reaches {f.H200.min():.3f} to {f.H200.max():.3f} of one read at 64 and 256 rows, "
                  f"against {f.H100.min():.3f} to {f.H100.max():.3f} on the H100", "{}")
     assert (f.H200 < f.H100).all() and "lower at every shape" in text
-    quotes(text, f"softmax + top-k there ({peer.min():.3f} to {peer.max():.3f}) at every shape", "{}")
+    quotes(text, f"softmax + top-k there ({peer.min():.3f} to {peer.max():.3f}, from the H200's other run) at every shape", "{}")
     assert (f.H200 > peer).all()
     assert f.H200.max() < 0.85  # no target claimed on the H200 either
     assert "one logit a step" not in text and "one logit a step" not in cell_with("09", "The same benchmark on an H200")
@@ -226,13 +252,14 @@ def test_the_h200_paragraph_the_time_above_one_read():
                  f"`softmax_topk` only {s.course_softmax_topk.min():.2f} to {s.course_softmax_topk.max():.2f} times", "{}")
     assert (s["copy"] > s.course_softmax_topk).all() and "the copy's speed-up the larger at every shape" in text
     quotes(text, f"{a.H100.min():.1f} to {a.H100.max():.1f} µs on the H100 and {a.H200.min():.1f} to {a.H200.max():.1f} µs "
-                 f"on the H200, at each shape within {(a.H200 - a.H100).abs().max():.1f} µs of each other", "{}")
-    assert (a.H200 - a.H100).abs().max() < 0.2 * a.H100.min()  # "about the same on both GPUs"
+                 f"on the H200, at each shape within {(a.H200 - a.H100).abs().max():.1f} µs of each other, the H200's the "
+                 f"smaller at {(a.H200 < a.H100).sum()} of {len(a)} shapes", "{}")
+    assert (a.H200 - a.H100).abs().max() < 0.3 * a.H100.min() and "is close on both GPUs" in text
 
 
 def test_the_h200_paragraph_no_noisy_cell():
     noisy_shape, *_ = _gpus()
-    assert not noisy_shape.any() and "No cell's rounds spread over 10% on either GPU" in cell_with("09", H200)
+    assert not noisy_shape.any() and "No cell of these tables spread over 10% on either GPU" in cell_with("09", H200)
 
 
 def test_the_h200_derivations_are_in_sight():
@@ -242,7 +269,7 @@ def test_the_h200_derivations_are_in_sight():
     assert "noisy=gpu_frac.apply(lambda column: noisy_shape)" in cell
     numbers = code_cell_with("09", "quiet = ~noisy_shape")
     assert "f, s, a = gpu_frac[quiet], speedup[quiet], above[quiet]" in numbers
-    assert "(a.H200 - a.H100).abs().max()" in numbers and "(f.H200 > peer).sum()" in numbers
+    assert "(a.H200 - a.H100).abs().max()" in numbers and "(f.H200 > peer).sum()" in numbers and "(a.H200 < a.H100).sum()" in numbers
 
 
 def test_the_loop_before_and_after_the_chunks():
@@ -382,3 +409,4 @@ def test_the_shorter_merge_chain():
     least = whole.query("dtype == @d and M == @M and N == @N").spread.max()
     assert gain.min() < least * us["library"].loc[(d, M, N)]  # "there within the rounds' spread"
     assert "gain.min().round(1)" in code_cell_with("09", 'merge_ab = data.load("topk_merge", gpu="h100")')
+    assert "first written" not in text.split("of one read in bfloat16")[1]  # the tables above run the shorter chain
