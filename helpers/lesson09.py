@@ -318,13 +318,15 @@ def providers(names=PROVIDERS) -> dict:
 TIMINGS = ("graph_us", "eager_us", "host_us", "graph_spread", "spread", "frac_of_one_read")
 
 
-def sampling_rows(shapes, dtypes=("float32", "bfloat16"), names=PROVIDERS, rounds: int = 3, quick: bool = False):
+def sampling_rows(shapes, dtypes=("float32", "bfloat16"), names=PROVIDERS, rounds: int = 3, quick: bool = False,
+                  provs=None):
     """On a GPU: each provider at each (M, N) and dtype, checked (the course's top-k against float64),
-    then timed: GPU time (CUDA graph), eager time, host time per call; ``rounds`` rounds with spread."""
+    then timed: GPU time (CUDA graph), eager time, host time per call; ``rounds`` rounds with spread.
+    provs: name -> function(x) (None: not installed) to time beside the copy instead of ``providers(names)``."""
     from . import measure
 
     measure.require_gpu("sampling_rows")
-    provs = providers(names)
+    provs = providers(names) if provs is None else provs
     med = lambda v: sorted(v)[len(v) // 2]
     spread = lambda v: (max(v) - min(v)) / med(v) if all(math.isfinite(t) for t in v) else float("nan")
     out = []

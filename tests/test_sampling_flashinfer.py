@@ -1,5 +1,6 @@
 """tools/sampling_flashinfer.py (FlashInfer beside lesson 09's `sample`): its guard without a GPU, and the
-exact distribution its --check compares FlashInfer's and the course's draws with."""
+exact distribution its --check compares FlashInfer's and the course's draws with (lesson09.exact_probs at its
+temperature, top-k and top-p)."""
 
 import subprocess
 import sys
@@ -22,12 +23,13 @@ def test_without_a_gpu_it_says_so():
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_filtered_probs_is_the_top_k_then_top_p_distribution(seed):
+def test_the_checks_distribution_is_the_top_k_then_top_p_distribution(seed):
     sys.path.insert(0, str(ROOT / "tools"))
     import sampling_flashinfer as sf
+    from helpers import lesson09
 
     row = torch.randn(300, generator=torch.Generator().manual_seed(seed)) * (1 + 2 * seed)
-    q = sf.filtered_probs(row)
+    q = lesson09.exact_probs(row, sf.T, sf.K, sf.P)
     p = torch.softmax(row.double() / sf.T, -1)
     kept = q > 0
     assert abs(q.sum().item() - 1) < 1e-12 and 1 <= kept.sum() <= sf.K

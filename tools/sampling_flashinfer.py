@@ -68,16 +68,6 @@ def flashinfer_providers(fs) -> dict:
     return {"flashinfer_sample": lambda x: draw(x.float() / T), "flashinfer_sample_scaled": prescaled}
 
 
-def filtered_probs(row: torch.Tensor) -> torch.Tensor:
-    """The exact distribution of a draw: softmax(row / T), its top K renormalized, then its nucleus P."""
-    p, order = torch.softmax(row.double() / T, -1).sort(descending=True)
-    p = p[:K] / p[:K].sum()
-    keep = (p.cumsum(0) - p) < P
-    q = torch.zeros(row.numel(), dtype=torch.float64, device=row.device)
-    q[order[:K][keep]] = p[keep] / p[keep].sum()
-    return q
-
-
 def check(fs) -> dict:
     """Draws inside the top K at every path, and frequencies against the exact distribution; raises on failure."""
     g = torch.Generator("cuda").manual_seed(0)
@@ -92,7 +82,7 @@ def check(fs) -> dict:
         assert ids.shape == (8,), f"shape {tuple(ids.shape)}"
         assert (top == ids.long()[:, None]).any(-1).all(), f"N = {N}: a token outside the top {K}"
         rows = x[:1].expand(8192, N).contiguous()
-        q = filtered_probs(x[0])
+        q = lesson09.exact_probs(x[0], T, K, P)  # the distribution `sample` draws from
         freq = lambda t: torch.bincount(t.long(), minlength=N).double() / t.numel()
         tv_fi = 0.5 * (freq(fs.top_k_top_p_sampling_from_logits(rows / T, K, P)) - q).abs().sum().item()
         tv_course = 0.5 * (freq(lesson09.sample(rows, temperature=T, top_k=K, top_p=P)) - q).abs().sum().item()
@@ -161,7 +151,12 @@ def main(argv=None) -> int:
             print(f"FlashInfer's radix top-k path does not run here ({type(e).__name__}: {str(e)[:160]}); "
                   "timing its masked whole-row path at every N", file=sys.stderr)
             no_radix = True
-    if no_radix:
+    if no_radix:  # a private setting of FlashInfer's: without it the CSV would name a path that was not timed
+        if not hasattr(fs, "_TOP_K_FIRST_FAST_PATH_MIN_VOCAB"):
+            print(f"flashinfer {flashinfer.__version__} has no _TOP_K_FIRST_FAST_PATH_MIN_VOCAB: this script cannot "
+                  "keep it off its radix top-k path; time its default path (without --no-radix) instead.",
+                  file=sys.stderr)
+            return 2
         fs._TOP_K_FIRST_FAST_PATH_MIN_VOCAB = 1 << 62
     checked = check(fs)
     if args.check:
@@ -170,16 +165,9 @@ def main(argv=None) -> int:
 
     warm_up_gpu()
     t0 = time.time()
-    base = lesson09.providers
-
-    def providers(names):  # lesson09's table, FlashInfer's two added
-        p = base([n for n in names if n in lesson09.PROVIDERS])
-        p.update(flashinfer_providers(fs))
-        return {n: p.get(n) for n in names if n != "copy"}
-
-    lesson09.providers = providers
+    provs = {**lesson09.providers([n for n in NAMES if n in lesson09.PROVIDERS]), **flashinfer_providers(fs)}
     shapes = [(int(m), int(n)) for m in args.ms.split(",") for n in args.ns.split(",")]
-    rows = lesson09.sampling_rows(shapes, dtypes=tuple(args.dtypes.split(",")), names=NAMES)
+    rows = lesson09.sampling_rows(shapes, dtypes=tuple(args.dtypes.split(",")), provs=provs)
     cmd = "python " + " ".join(["tools/sampling_flashinfer.py"] + (argv if argv is not None else sys.argv[1:]))
     meta = {**gpu_data.provenance(cmd), "flashinfer": flashinfer.__version__,
             "flashinfer_path": "masked whole row at every N" if no_radix else "radix top-k first from 65536 columns",
