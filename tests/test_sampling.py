@@ -401,7 +401,7 @@ plan = sampling.lane_plan(1, 256000, 8, target_programs=1056)
 assert plan["lanes_p2"] == 4096 and plan["merge_warps"] == 8
 lanes = dict(BLOCK=plan["block"], SLICES=plan["slices_p2"], CHUNK=8, LANES=plan["lanes_p2"], CAP=128,
              UCAP=sampling.UNCLEAN_LANES, UB=32, UW=64, RENORM=True, SORT=True, PDL=True)
-for fn, sig, const, warps in [(sampling.lane_slice_kernel, LANE_SLICE, dict(BLOCK=plan["block"], CHUNK=8, PDL=True), plan["warps"]),
+for fn, sig, const, warps in [(sampling.lane_slice_kernel, LANE_SLICE, dict(BLOCK=plan["block"], CHUNK=8, PDL=True, STAGES=3), plan["warps"]),
                               (sampling.lane_merge_kernel, LANE_MERGE, dict(lanes, K=K, MODE=0), plan["merge_warps"]),
                               (sampling.lane_merge_kernel, LANE_MERGE, dict(lanes, K=64, MODE=1), plan["merge_warps"])]:
     sig = dict(sig, **{name: "constexpr" for name in const})

@@ -285,6 +285,7 @@ def lane_slice_kernel(
     CHUNK: tl.constexpr,  # logits a lane reads a step: lane j reads columns start + j * CHUNK ... + CHUNK - 1,
                           # then the same + BLOCK * CHUNK, + 2 * BLOCK * CHUNK, ...
     PDL: tl.constexpr,    # let the next kernel (the merge) launch now: it waits for this whole grid before it reads
+    STAGES: tl.constexpr,  # software pipelining of the loop: the loads of STAGES - 1 later steps in flight
 ):
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
@@ -303,7 +304,7 @@ def lane_slice_kernel(
     n_here = tl.minimum(n_cols - start, slice_len).to(tl.int32)
     STEP: tl.constexpr = BLOCK * CHUNK
     n_full = n_here - n_here % STEP
-    for off in range(0, n_full, STEP):  # whole steps: no mask
+    for off in tl.range(0, n_full, STEP, num_stages=STAGES):  # whole steps: no mask
         x = tl.load(base + off * in_col_stride).to(tl.float32)
         m, d, v2, c = chunk_update(x, off, m, d, v2, c, sl2e)
     if n_full < n_here:                 # the slice's last, partial step
@@ -469,6 +470,7 @@ def lane_plan(n_rows, n_cols, chunk, target_programs=None):
     slices = cdiv(n_cols, slice_len)
     return {"block": block, "chunk": chunk, "slices": slices, "slice_len": slice_len,
             "slices_p2": next_pow2(slices),
+            "stages": 3 if slice_len // (block * chunk) >= 8 else 1,  # pipeline a slice of 8 steps or more
             "lanes_p2": next_pow2(slices * block), "warps": 8 if block >= 1024 else 4,
             "merge_warps": max(4, min(16, next_pow2(slices * block) // 512))}  # <= 16 lanes a thread
 
@@ -502,7 +504,8 @@ def _lanes(rows, K, k, out, idx, scale=1.0, mode=0, u=None, top_p=1.0, renorm=Tr
     uw = min(256, next_pow2(plan["slice_len"] // B))  # an unclean lane's logits, up to 256 a gather
     pdl = launch_pdl(rows.device.index)
     lane_slice_kernel[(M, S)](md, lane_max, lane_v2, lane_col, rows, rows.stride(0), rows.stride(1),
-                              N, plan["slice_len"], S, sl2e, BLOCK=B, CHUNK=E, PDL=pdl, num_warps=plan["warps"])
+                              N, plan["slice_len"], S, sl2e, BLOCK=B, CHUNK=E, PDL=pdl, STAGES=plan["stages"],
+                              num_warps=plan["warps"])
     lane_merge_kernel[(M,)](out, idx, md, lane_max, lane_v2, lane_col, buf, ubuf, rows, md if u is None else u,
                             rows.stride(0), rows.stride(1), N, plan["slice_len"], S, sl2e, scale, k, top_p,
                             max(cap // 2, k + 16),  # stop: half the buffer stays free for unclean lanes' logits
