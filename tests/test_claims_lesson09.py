@@ -332,7 +332,8 @@ def test_the_search_for_t_counts():
     assert max(g[4] for g in got) < 16  # "never close to full": the other half of 128 holds 64 keys
 
 
-# FlashInfer's sampling beside `sample` (figures/data/sampling_flashinfer_h100.csv), as the lesson's cell derives it.
+# FlashInfer's sampling beside `sample` (figures/data/sampling_flashinfer_<gpu>.csv, H100 and H200), as the lesson's
+# cells derive it.
 FLASHINFER = "is ahead of FlashInfer's default at every shape on both GPUs"
 FI_COLS = ["course_sample", "flashinfer_sample", "flashinfer_sample_scaled"]
 
@@ -423,3 +424,25 @@ def test_the_shorter_merge_chain():
     assert gain.min() < least * us["library"].loc[(d, M, N)]  # "there within the rounds' spread"
     assert "gain.min().round(1)" in code_cell_with("09", 'merge_ab = data.load("topk_merge", gpu="h100")')
     assert "first written" not in text.split("of one read in bfloat16")[1]  # the tables above run the shorter chain
+
+
+# The lane loop's pipelining rule (lane_plan: 3 stages from 8 steps a slice) against its same-run A/B on both GPUs
+# (figures/data/bench_runs/topk_loop_stages_<gpu>.csv: the library's loop, and the same loop as tl.range(num_stages=3)).
+PIPELINE = "`lane_plan` asks for it from 8 steps a slice on"
+
+
+def test_the_pipelining_rule_is_where_its_ab_was_faster():
+    from helpers.kernels.sampling import LANE_BYTES, LANE_PROGRAMS_PER_SM, lane_plan
+
+    assert PIPELINE in cell_with("09", "software-pipelined")
+    for gpu in ("h100", "h200"):
+        ab = data.load(str(data.DATA_DIR / "bench_runs" / f"topk_loop_stages_{gpu}.csv"))
+        topk = ab.query("what == 'topk' and variant in ['lib', 'st3']")
+        assert topk.spread.max() <= 0.10 and (topk.err.astype(float) < 1e-2).all()
+        t = topk.pivot_table(index=["dtype", "M", "N"], columns="variant", values="graph_us")
+        for (dtype, M, N), row in t.iterrows():
+            plan = lane_plan(M, N, LANE_BYTES // (2 if dtype == "bfloat16" else 4),
+                             target_programs=132 * LANE_PROGRAMS_PER_SM)  # both GPUs have 132 SMs
+            steps = plan["slice_len"] // (plan["block"] * plan["chunk"])
+            assert plan["stages"] == (3 if steps >= 8 else 1)
+            assert (row.st3 < row.lib) == (steps >= 8), (gpu, dtype, M, N, steps, row.st3 / row.lib)
