@@ -353,3 +353,28 @@ def test_no_answer_on_screen_before_its_checker():
         at = next(i for i, c in enumerate(code) if checker in c)
         for line in lines:
             assert not any(line in c for c in code[:at]), (checker, line)
+
+
+def test_merge_stages_cuts_the_library_kernel_and_its_uncut_copy_agrees(capsys):
+    """tools/merge_stages.py finds every line its cuts go after in the library's lane_merge_kernel (a changed
+    kernel fails here, not on a GPU), each cut runs, and the uncut copy gives softmax_topk's answer."""
+    import importlib.util
+    import inspect
+    from pathlib import Path
+
+    from helpers.kernels import sampling
+
+    path = Path(__file__).resolve().parent.parent / "tools" / "merge_stages.py"
+    spec = importlib.util.spec_from_file_location("merge_stages", path)
+    stages = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(stages)
+    kernel = inspect.getsource(sampling.lane_merge_kernel.fn)
+    src = stages.staged_source(kernel)
+    assert all(src.count(f"if STOP == {s}:") == 1 for s in range(len(stages.CUTS)))
+    with pytest.raises(ValueError, match="update tools/merge_stages.py"):
+        stages.staged_source(kernel.replace("T = (t - 2**31).to(tl.int32)", "T = t"))
+    assert stages.main(["--smoke"]) == 0
+    out = capsys.readouterr().out
+    assert out.count(": ran") == len(stages.STEPS) and "uncut copy gives the library's answer: True" in out
+    if not helpers.ON_GPU:
+        assert stages.main([]) == 2
