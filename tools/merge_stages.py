@@ -7,7 +7,7 @@ The merge of ``softmax_topk(x, 50)`` on the lane path (``helpers.kernels.samplin
 of dependent steps, one program a row. This script copies that kernel's source and adds a constexpr ``STOP``: the
 copy returns after step ``STOP``, having stored a value that depends on everything computed so far (so that the
 compiler removes nothing before it, and adds no reduction of its own). Each copy is timed alone in a CUDA graph
-(``do_bench_cudagraph``, 3 rounds interleaved), launched on the lane arrays that the library's own slice kernel
+(``do_bench_cudagraph``, one round not kept, then 3 rounds interleaved), launched on the lane arrays that the library's own slice kernel
 stored: the arguments are captured from a real ``softmax_topk`` call, so the copies see exactly what the
 library's merge sees. The steps (``stop``, ``step``):
 
@@ -19,7 +19,7 @@ library's merge sees. The steps (``stop``, ``step``):
 - 5 ``kept chunks``: the kept lanes' chunks read again, their logits >= T stored as keys;
 - 6 ``unclean lanes``: the unclean lanes read again;
 - 7 ``sort``: the top K of the candidates, sorted (stored as logits and columns);
-- 9 ``all``: the merge as the library runs it (probabilities stored).
+- 9 ``probabilities``: the merge as the library runs it, uncut (probabilities stored).
 
 ``graph_us`` of stop s minus that of the stop before it is what step s adds to the chain. ``library`` is the
 library's merge kernel, unchanged, timed in the same rounds (stop 9 should match it). A cut program never runs
@@ -50,7 +50,7 @@ from helpers.mode import DEVICE, ON_GPU  # noqa: E402
 SHAPES = [(1, 256000, "float32"), (8, 128256, "float32"), (64, 256000, "float32"),
           (256, 128256, "float32"), (256, 256000, "float32"), (256, 256000, "bfloat16")]
 STEPS = {0: "launch", 1: "pair", 2: "lanes", 3: "search", 4: "lists", 5: "kept chunks", 6: "unclean lanes",
-         7: "sort", 9: "all"}
+         7: "sort", 9: "probabilities"}
 # A store that keeps values alive without a reduction: predicated on a value no lane holds, so it never writes.
 KEEP = "tl.store(out_ptr + row * k + lane * 0, {v}.to(out_ptr.dtype.element_ty), mask={v} == 1.2345e-38)"
 # (the line after which each cut goes, the cut's stores); out_ptr + row * k is the row's first output.
@@ -185,6 +185,8 @@ def main(argv=None) -> int:
         y = torch.empty_like(x)
         fns = {**{STEPS[s]: (lambda s=s: merge(s)) for s in STEPS}, "library": lambda: merge(None),
                "softmax_topk": lambda: sampling.softmax_topk(x, 50), "copy": lambda: y.copy_(x)}
+        for fn in fns.values():  # one call of each first, not kept (compilation, clocks, caches)
+            gpu_ms(fn)
         times = {name: [] for name in fns}
         for _ in range(3):
             for name, fn in fns.items():
