@@ -469,3 +469,36 @@ def test_where_the_target_is_out_of_reach():
     assert (spends[out] > allows[out]).all()  # the five are missed, as the target says they must be
     cell = code_cell_with("09", "out_of_reach = reach")
     assert 'bench.query("provider == \'copy\' and M == 1").graph_us.min()' in cell and "one_read / 0.85 - one_read" in cell
+
+
+# Where the merge's time goes: the merge kernel cut short after each step (tools/merge_stages.py, H100 recording).
+STAGES = "The whole merge takes"
+
+
+def test_where_the_merge_spends_its_time():
+    stages = data.load("topk_merge_stages", gpu="h100")
+    cuts = stages.dropna(subset=["stop"]).sort_values("stop")
+    assert cuts.spread.max() <= 0.10 and (cuts.err < 1e-2).all()
+    chain = cuts.pivot_table(index="step", columns=["dtype", "M", "N"], values="graph_us", sort=False)
+    adds = chain.diff().fillna(chain)
+    lanes = cuts.pivot_table(index="step", columns=["dtype", "M", "N"], values="lanes", sort=False).iloc[0]
+    rows = adds.columns.get_level_values("M")
+    whole, steps = chain.loc["probabilities"], adds.drop("launch")
+    text = cell_with("09", STAGES)
+    quotes(text, f"takes {whole.min():.1f} to {whole.max():.1f} µs at every shape", "{}")
+    quotes(text, f"at most {(steps.max() / whole).max():.0%} of the chain, and without it at least "
+                 f"{(whole - steps.max()).min():.1f} µs would remain", "{}")
+    quotes(text, f"costs {adds.loc['launch'].min():.1f} to {adds.loc['launch'].max():.1f} µs", "{}")
+    search = adds.loc["search"]
+    assert set(lanes[rows == 256]) == {1024} and set(lanes[rows < 256]) == {4096}
+    quotes(text, f"costs {search[lanes == 1024].min():.1f} to {search[lanes == 1024].max():.1f} µs with 1024 lanes a row "
+                 f"(256 rows) and {search[lanes == 4096].min():.1f} to {search[lanes == 4096].max():.1f} µs with 4096", "{}")
+    quotes(text, f"costs {adds.loc['lists'].min():.1f} to {adds.loc['lists'].max():.1f} µs, and the sort of the candidates "
+                 f"{adds.loc['sort'].min():.1f} to {adds.loc['sort'].max():.1f} µs", "{}")
+    unclean = adds.loc["unclean lanes"]
+    M, N = unclean.idxmin()[1:]
+    quotes(text, f"from {unclean.min():.1f} µs ({M} rows of {N}) to {unclean.max():.1f} µs", "{}")
+    library = stages.query("step == 'library'").set_index(["dtype", "M", "N"]).graph_us.reindex(whole.index)
+    assert ((whole / library - 1).abs() < 0.01).all()  # the uncut copy takes the library merge's time
+    cell = code_cell_with("09", 'data.load("topk_merge_stages"')
+    assert "chain.diff()" in cell and "data.noisy(spread.shift())" in cell
