@@ -309,10 +309,31 @@ def providers(names=PROVIDERS) -> dict:
     try:
         import flashinfer.sampling as fs
 
-        p["flashinfer_sample"] = lambda x: fs.top_k_top_p_sampling_from_logits(x.float() / 0.7, 50, 0.9)
+        p["flashinfer_sample"] = flashinfer_draws(fs)["flashinfer_sample"]
     except Exception:
         p["flashinfer_sample"] = None
     return {n: p.get(n) for n in names if n != "copy"}
+
+
+def flashinfer_draws(fs) -> dict:
+    """Name -> function(x) for FlashInfer's ``top_k_top_p_sampling_from_logits`` (module ``fs``), the draw of
+    ``sample(x, temperature=0.7, top_k=50, top_p=0.9)``. Its seed and offset are device tensors, FlashInfer's
+    documented way to run inside a CUDA graph. ``flashinfer_sample``: from the same logits (FlashInfer takes
+    float32 and no temperature, so the cast and the division are in the call); ``flashinfer_sample_scaled``: its
+    kernels alone, on z = x.float() / 0.7 made once per tensor, outside the call."""
+    seed = torch.zeros(1, dtype=torch.int64, device=DEVICE)
+    offset = torch.zeros(1, dtype=torch.int64, device=DEVICE)
+    draw = lambda z: fs.top_k_top_p_sampling_from_logits(z, 50, 0.9, seed=seed, offset=offset)
+    scaled = {}
+
+    def prescaled(x):
+        key = (x.data_ptr(), tuple(x.shape), x.dtype)
+        if key not in scaled:
+            scaled.clear()
+            scaled[key] = x.float() / 0.7
+        return draw(scaled[key])
+
+    return {"flashinfer_sample": lambda x: draw(x.float() / 0.7), "flashinfer_sample_scaled": prescaled}
 
 
 TIMINGS = ("graph_us", "eager_us", "host_us", "graph_spread", "spread", "frac_of_one_read")

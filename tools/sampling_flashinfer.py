@@ -51,23 +51,6 @@ T, K, P = 0.7, 50, 0.9
 NAMES = ("copy", "course_sample", "flashinfer_sample", "flashinfer_sample_scaled")
 
 
-def flashinfer_providers(fs) -> dict:
-    """Name -> function(x) for FlashInfer's two ways of drawing (see the module's docstring)."""
-    seed = torch.zeros(1, dtype=torch.int64, device="cuda")
-    offset = torch.zeros(1, dtype=torch.int64, device="cuda")
-    draw = lambda z: fs.top_k_top_p_sampling_from_logits(z, K, P, seed=seed, offset=offset)
-    scaled = {}
-
-    def prescaled(x):  # z made once per tensor, outside the timed call
-        key = (x.data_ptr(), tuple(x.shape), x.dtype)
-        if key not in scaled:
-            scaled.clear()
-            scaled[key] = x.float() / T
-        return draw(scaled[key])
-
-    return {"flashinfer_sample": lambda x: draw(x.float() / T), "flashinfer_sample_scaled": prescaled}
-
-
 def check(fs) -> dict:
     """Draws inside the top K at every path, and frequencies against the exact distribution; raises on failure."""
     g = torch.Generator("cuda").manual_seed(0)
@@ -107,7 +90,7 @@ def check(fs) -> dict:
     assert err < 1e-5 and (renorm > 0).sum(-1).eq(K).all()
     for N in (32000, 128256):
         x = torch.randn(8, N, device="cuda", generator=g).mul(3)
-        for name, fn in flashinfer_providers(fs).items():
+        for name, fn in lesson09.flashinfer_draws(fs).items():
             try:
                 fn(x)
                 graph = torch.cuda.CUDAGraph()
@@ -165,7 +148,7 @@ def main(argv=None) -> int:
 
     warm_up_gpu()
     t0 = time.time()
-    provs = {**lesson09.providers([n for n in NAMES if n in lesson09.PROVIDERS]), **flashinfer_providers(fs)}
+    provs = {**lesson09.providers([n for n in NAMES if n in lesson09.PROVIDERS]), **lesson09.flashinfer_draws(fs)}
     shapes = [(int(m), int(n)) for m in args.ms.split(",") for n in args.ns.split(",")]
     rows = lesson09.sampling_rows(shapes, dtypes=tuple(args.dtypes.split(",")), provs=provs)
     cmd = "python " + " ".join(["tools/sampling_flashinfer.py"] + (argv if argv is not None else sys.argv[1:]))
