@@ -170,7 +170,7 @@ def main(argv=None) -> int:
     if not ON_GPU:
         print("tools/merge_stages.py measures on a GPU, and this machine has none: try --smoke.", file=sys.stderr)
         return 2
-    from helpers.measure import gpu_ms, median, rounded, spread, warm_up_gpu
+    from helpers.measure import gpu_ms, interleaved, rounded, warm_up_gpu
 
     warm_up_gpu()
     t0 = time.time()
@@ -187,15 +187,12 @@ def main(argv=None) -> int:
                "softmax_topk": lambda: sampling.softmax_topk(x, 50), "copy": lambda: y.copy_(x)}
         for fn in fns.values():  # one call of each first, not kept (compilation, clocks, caches)
             gpu_ms(fn)
-        times = {name: [] for name in fns}
-        for _ in range(3):
-            for name, fn in fns.items():
-                times[name].append(gpu_ms(fn) * 1e3)
-        for name, t in times.items():
+        timed = interleaved(fns)  # name -> (median ms, spread) over 3 rounds, each timing every cut once in turn
+        for name, (ms, sp) in timed.items():
             stop = next((s for s, n in STEPS.items() if n == name), "")
-            rows.append(dict(dtype=dtype, M=M, N=N, stop=stop, step=name, graph_us=median(t), spread=spread(t),
+            rows.append(dict(dtype=dtype, M=M, N=N, stop=stop, step=name, graph_us=ms * 1e3, spread=sp,
                              lanes=kw["LANES"], merge_warps=kw["num_warps"], err=err))
-        print(f"{M} x {N} {dtype}: " + ", ".join(f"{n} {median(t):.2f}" for n, t in times.items()), flush=True)
+        print(f"{M} x {N} {dtype}: " + ", ".join(f"{n} {ms * 1e3:.2f}" for n, (ms, _) in timed.items()), flush=True)
     cmd = "python " + " ".join(["tools/merge_stages.py"] + (argv if argv is not None else sys.argv[1:]))
     out = Path(args.out) if args.out else gpu_data.DATA_DIR / f"topk_merge_stages_{gpu_data.gpu_short_name()}.csv"
     gpu_data.write_csv(out, rounded(rows, 4), gpu_data.provenance(cmd))
