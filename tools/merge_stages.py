@@ -30,6 +30,7 @@ the steps after its stop, so each row is what a merge ending there costs; nothin
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import inspect
 import re
@@ -99,8 +100,10 @@ def staged_source(src: str) -> str:
     return src
 
 
+@functools.cache
 def staged_kernel():
-    """The cut copy, compiled from a file (Triton reads a kernel's source back from where it was defined)."""
+    """The cut copy, compiled from a file (Triton reads a kernel's source back from where it was defined); written
+    once a run: the cuts are the same at every shape."""
     src = inspect.getsource(sampling.lane_merge_kernel.fn)
     src = staged_source(src)
     names = sorted(n for n in vars(sampling) if not n.startswith("_") and n != "lane_merge_kernel"
