@@ -168,6 +168,7 @@ class Launch:
     num_stages: int | None = None
     ptrs: tuple = (OUT, IN)
     cooperative: bool = False  # all programs resident at once (the driver refuses a grid that cannot be)
+    pdl: bool = False  # programmatic dependent launch: may start before the launch ahead of it ends (Hopper on)
 
     def options(self) -> dict:
         opts = {"num_warps": self.num_warps}
@@ -175,6 +176,8 @@ class Launch:
             opts["num_stages"] = self.num_stages
         if self.cooperative:
             opts["launch_cooperative_grid"] = True
+        if self.pdl:
+            opts["launch_pdl"] = True
         return opts
 
 

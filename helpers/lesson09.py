@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import data
+from . import data, launch
 from .exercises import Wrong, call_attempt, check, fmt, guarded, is_untouched, run_learner_kernel, require_kernel
 from .kernels import sampling
 from .kernels.sampling import sample, softmax_topk, topk_keys
@@ -291,9 +291,23 @@ def torch_softmax_topk(x, k=50):
     return torch.softmax(x.float(), -1).topk(k)
 
 
+def every_call_planned(fn):
+    """The same kernels behind a wrapper written the obvious way: every call checks, plans and launches them
+    through ``kernel[grid](...)``, and nothing is kept (``fn(x)`` makes a ready function and calls it once)."""
+    def call(x):
+        direct, launch.DIRECT[0] = launch.DIRECT[0], False  # make() takes the JIT path
+        try:
+            return fn(x)
+        finally:
+            launch.DIRECT[0] = direct
+    return call
+
+
 PROVIDERS = ("copy", "course_softmax_topk", "course_sample", "course_topk_per_program", "course_topk_lanes",
+             "course_softmax_topk_jit", "course_sample_jit",
              "torch_softmax_topk", "torch_hf_sample", "compile_softmax_topk", "compile_hf_sample", "flashinfer_sample")
-TOPK_CHECKED = ("course_softmax_topk", "course_topk_per_program", "course_topk_lanes")  # against float64 first
+TOPK_CHECKED = ("course_softmax_topk", "course_topk_per_program", "course_topk_lanes",  # against float64 first
+                "course_softmax_topk_jit")
 
 
 def providers(names=PROVIDERS) -> dict:
@@ -302,6 +316,8 @@ def providers(names=PROVIDERS) -> dict:
          "course_sample": lambda x: sample(x, temperature=0.7, top_k=50, top_p=0.9),
          "course_topk_per_program": lambda x: sampling.topk_per_program(x, 50),  # each design at every shape
          "course_topk_lanes": lambda x: sampling.topk_by_lanes(x, 50),
+         "course_softmax_topk_jit": every_call_planned(lambda x: sampling._topk_call(x, 50, None)(x)),
+         "course_sample_jit": every_call_planned(lambda x: sampling._sample_call(x, 0.7, 50, 0.9)(x, None)),
          "torch_softmax_topk": torch_softmax_topk, "torch_hf_sample": hf_sample}
     if "compile_softmax_topk" in names or "compile_hf_sample" in names:
         p["compile_softmax_topk"] = torch.compile(torch_softmax_topk, dynamic=True)

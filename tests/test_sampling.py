@@ -17,6 +17,15 @@ from helpers.mode import DEVICE
 INF = float("-inf")
 
 
+@pytest.fixture(autouse=True)
+def fresh_calls():
+    """Many tests patch the module (its plans, SORT, its kernels): no ready function made before the patch may
+    serve them, nor one made under it serve a later test."""
+    sampling._CALLS.clear()
+    yield
+    sampling._CALLS.clear()
+
+
 def _rand(*shape, seed=0, scale=3.0, dtype=torch.float32):
     return (torch.randn(*shape, generator=torch.Generator().manual_seed(seed)) * scale).to(dtype).to(DEVICE)
 
@@ -430,3 +439,67 @@ def test_the_gpu_path_compiles_for_an_h100():
     done = subprocess.run([sys.executable, "-c", COMPILE_FOR_SM90], env=env, capture_output=True, text=True,
                           timeout=300, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert done.returncode == 0 and done.stdout.count("compiled") == 6, done.stderr[-3000:]
+
+
+def test_a_kind_of_call_is_planned_once(monkeypatch):
+    """The checks, the plan and the launches are made on a kind of call's first call, then kept: later calls
+    with the same dtype, shape, strides, device and settings reuse them, and get right answers on new data.
+    Another k, other strides or another dtype is another kind; True is not the k 1, and a bad input never
+    gets an entry, so it always reaches its clear error."""
+    made = []
+    for name in ("lane_launches", "per_program_launches"):
+        real = getattr(sampling, name)
+        monkeypatch.setattr(sampling, name, lambda *a, real=real, name=name, **kw: made.append(name) or real(*a, **kw))
+    x = _rand(3, 300, seed=40)
+    for seed in (41, 42):
+        _check(_rand(3, 300, seed=seed), 5)
+    assert made == ["per_program_launches"] and len(sampling._CALLS) == 1
+    _check(x, 6)
+    _check(_rand(3, 600, seed=43)[:, ::2], 5)  # the same shape, other strides
+    _check(x.to(torch.bfloat16), 5, tol=1e-2)
+    assert len(made) == 4 and len(sampling._CALLS) == 4
+    _check(x, 1)
+    with pytest.raises(ValueError, match="k must be an integer"):
+        softmax_topk(x, True)
+    with pytest.raises(ValueError, match="k must be between 1"):
+        softmax_topk(x, 301)
+    with pytest.raises(ValueError, match="temperature must be"):
+        sample(x, temperature=-1.0)
+    assert len(sampling._CALLS) == 5
+    gen = lambda: torch.Generator(device=DEVICE).manual_seed(3)  # noqa: E731
+    first = sample(x, temperature=0.7, top_k=20, top_p=0.9, generator=gen())
+    again = sample(x, temperature=0.7, top_k=20, top_p=0.9, generator=gen())
+    assert torch.equal(first, again) and len(sampling._CALLS) == 6  # the same seed, the same ids, one entry
+
+
+def test_the_ready_function_launches_like_the_library_on_a_gpu():
+    """On a GPU a ready function calls the compiled kernels' launchers directly (helpers.launch, lesson 05),
+    with the same results as the JIT; under the interpreter it goes through kernel[grid](...)."""
+    from helpers import launch
+
+    x = _rand(4, 20000, seed=44, dtype=torch.bfloat16)  # 80000 logits: the lane kernels
+    values, indices = _check(x, 50, tol=1e-2)
+    (call,) = sampling._CALLS.values()
+    where = "direct_run" if helpers.ON_GPU else "jit_run"
+    assert call.__closure__ and any(getattr(c.cell_contents, "__name__", "") == where for c in call.__closure__)
+    if helpers.ON_GPU:
+        sampling._CALLS.clear()
+        launch.DIRECT[0] = False
+        try:
+            v2, i2 = softmax_topk(x, 50)
+        finally:
+            launch.DIRECT[0] = True
+        assert torch.equal(values, v2) and torch.equal(indices, i2)
+
+
+@pytest.mark.parametrize("M, N", [(3, 2), (5, 3), (7, 6)])
+def test_lanes_of_one_chunk_a_row(monkeypatch, M, N):
+    """Rows of at most one chunk get one lane a row (block 1): with an odd number of rows the parts before the
+    candidate buffer are an odd number of 4-byte words, and the buffer's int64s must still start on 8 bytes
+    (once a RuntimeError: tall inputs such as 16001 x 2 float32 took the lane kernels and failed)."""
+    monkeypatch.setattr(sampling, "LANE_MIN_ELEMENTS", 0)
+    assert sampling.lane_plan(M, N, 4)["block"] == (1 if N <= 4 else 2)
+    _check(_rand(M, N, seed=M * N), min(N, 2), fn=sampling.topk_by_lanes)
+    _check(_rand(M, N, seed=M + N, dtype=torch.bfloat16), 1, tol=1e-2, fn=sampling.topk_by_lanes)
+    ids = sample(_rand(M, N, seed=N), top_k=2, generator=torch.Generator(device=DEVICE).manual_seed(0))
+    assert ids.shape == (M,) and ((0 <= ids) & (ids < N)).all()

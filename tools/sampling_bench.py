@@ -14,6 +14,9 @@ and bfloat16. Providers (``helpers.lesson09.PROVIDERS``):
 - ``course_sample``: ``sample(x, temperature=0.7, top_k=50, top_p=0.9)``;
 - ``course_topk_per_program``, ``course_topk_lanes``: lesson 09's two designs of ``softmax_topk(x, 50)``, each
   at every shape (``softmax_topk`` chooses between them with ``use_lanes``);
+- ``course_softmax_topk_jit``, ``course_sample_jit``: the same two calls behind a wrapper written the obvious way
+  (every call checks, plans and launches through ``kernel[grid](...)``; ``lesson09.every_call_planned``), where
+  ``softmax_topk`` and ``sample`` keep a ready function per kind of call and call the compiled kernels directly;
 - ``torch_softmax_topk``: ``torch.softmax(x.float(), -1).topk(50)``;
 - ``torch_hf_sample``: Hugging Face's chain (temperature, top-k, top-p by sort and cumsum, multinomial);
 - ``compile_softmax_topk``, ``compile_hf_sample``: ``torch.compile(..., dynamic=True)`` of the two;

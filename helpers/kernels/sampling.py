@@ -8,6 +8,7 @@ import torch
 import triton
 import triton.language as tl
 
+from helpers import launch
 from helpers.checks import check_tensor
 from helpers.device import sm_count
 from helpers.mode import ON_GPU
@@ -201,34 +202,122 @@ def _topk_args(x, k):
     return rows, k, tuple(x.shape[:-1]) + (k,)
 
 
-def _slices(rows, K, scale=1.0, seed=None):
+def per_program_launches(rows, K, k, scale=1.0, gumbel=False, mode=0, top_p=1.0, renorm=True):
+    """The two kernels above for rows like these, as launches whose pointers are named (`x`: the rows; `out`,
+    `idx`: the results; `u`: the uniforms of MODE 1; `seed`: Gumbel-max's), and their workspace by name."""
     M, N = rows.shape
     plan = topk_plan(M, N, K)
-    md = torch.empty((M, plan["slices"], 2), dtype=torch.float32, device=rows.device)
-    keys = torch.empty((M, plan["slices"], K), dtype=torch.int64, device=rows.device)
-    topk_slice_kernel[(M, plan["slices"])](
-        md, keys, rows, md if seed is None else seed, rows.stride(0), rows.stride(1),
-        N, plan["slice_len"], plan["slices"], scale,
-        K=K, BLOCK=plan["block"], GUMBEL=seed is not None, SORT=SORT, num_warps=plan["warps"])
-    return md, keys, plan
+    S = plan["slices"]
+    work = {"md": (M * S * 2, torch.float32), "keys": (M * S * K, torch.int64)}  # (elements, dtype)
+    return [
+        launch.Launch(topk_slice_kernel, (M, S), ptrs=("md", "keys", "x", "seed" if gumbel else "md"),
+                      args=(rows.stride(0), rows.stride(1), N, plan["slice_len"], S, scale),
+                      constexprs=dict(K=K, BLOCK=plan["block"], GUMBEL=gumbel, SORT=SORT), num_warps=plan["warps"]),
+        launch.Launch(topk_merge_kernel, (M,), ptrs=("out", "idx", "md", "keys", "u" if mode else "md"),
+                      args=(S, k, top_p), constexprs=dict(K=K, SLICES=plan["slices_p2"], MODE=mode, RENORM=renorm,
+                                                          SORT=SORT)),
+    ], work
+
+
+_CALLS = {}  # one ready function per kind of call: dtype, shape, strides, device, alignment and settings
+
+
+def _cached(x, settings, build):
+    """The ready function for calls like this one: made by build() the first time, then looked up.
+    build() checks the inputs before anything else, so a bad input raises there and is never kept."""
+    key = None
+    try:
+        key = (x.dtype, x.shape, x.stride(), x.device, x.data_ptr() % 16, settings)
+        return _CALLS[key]
+    except (KeyError, AttributeError, TypeError):  # a new kind of call (or no tensor: build() says so)
+        pass
+    call = build()
+    if len(_CALLS) >= launch.MAX_ENTRIES:  # a guard against a loop over ever new shapes
+        _CALLS.clear()
+    if key is not None:
+        _CALLS[key] = call
+    return call
+
+
+def _runner(launches, work, rows, examples):
+    """run(rows, **tensors): allocate the workspace (`work`: name -> (elements, dtype), one allocation cut into
+    parts), then queue `launches` over the rows (`x`), the named tensors and the parts. examples() gives tensors
+    like those a call passes: on a GPU the kernels are compiled for them here, once, and then called through
+    their launchers with raw pointers; elsewhere, or where this Triton's launcher differs, through the JIT."""
+    dev = rows.device
+    parts, words = {}, 0  # name -> (offset, elements, dtype), in 4-byte words
+    for name, (n, dtype) in work.items():
+        words += words % (dtype.itemsize // 4)  # an 8-byte part starts at an even word
+        parts[name] = (words, n, dtype)
+        words += n * dtype.itemsize // 4
+
+    def jit_run(rows, **tensors):
+        w = torch.empty(words, dtype=torch.int32, device=dev)
+        named = {name: w[o:o + n * dt.itemsize // 4].view(dt) for name, (o, n, dt) in parts.items()}
+        named.update(tensors, x=rows)
+        for L in launches:
+            L.kernel[L.grid](*(named[p] for p in L.ptrs), *L.args, **L.constexprs, **L.options())
+
+    if not launch.direct_path(rows):
+        return jit_run
+    w = torch.empty(words, dtype=torch.int32, device=dev)
+    named = {name: w[o:o + n * dt.itemsize // 4].view(dt) for name, (o, n, dt) in parts.items()}
+    named.update(examples(), x=rows)
+    try:
+        fns = [(launch.direct_launcher(L, [named[p] for p in L.ptrs], dev.index), L.ptrs) for L in launches]
+        ptr = {name: t.data_ptr() for name, t in named.items()}
+        for fn, ptrs in fns:  # one launch on the examples: a launcher that takes other arguments refuses here
+            fn(*(ptr[p] for p in ptrs))
+    except (TypeError, AttributeError):
+        return jit_run
+
+    def direct_run(rows, **tensors):
+        if launch.current_device() != dev.index:  # launch in the tensors' own device context
+            with torch.cuda.device(dev):
+                return direct_run(rows, **tensors)
+        w = torch.empty(words, dtype=torch.int32, device=dev)
+        base = w.data_ptr()
+        ptr = {name: base + 4 * o for name, (o, _, _) in parts.items()}
+        ptr["x"] = rows.data_ptr()
+        for name, t in tensors.items():
+            ptr[name] = t.data_ptr()
+        for fn, ptrs in fns:
+            fn(*(ptr[p] for p in ptrs))
+
+    return direct_run
+
+
+def _topk_call(x, k, design):
+    """softmax_topk's ready function for inputs like x: design "per_program", "lanes" or None (use_lanes picks)."""
+    rows, k, shape = _topk_args(x, k)
+    (M, N), dev = rows.shape, x.device
+    K = candidate_lanes(k)
+    lanes = use_lanes(M, N, K) if design is None else design == "lanes"
+    if lanes and K > LANE_MAX_K:
+        raise ValueError(f"the lane kernels keep k <= {LANE_MAX_K}, got {k}.")
+    if not lanes and k > (MAX_K if SORT else 256):  # more candidates than a program keeps on chip (interpreted:
+        def too_many(x):                              # than rank by counting can compare, 2^20 pairs at most)
+            values, indices = torch.softmax(x.float(), -1).topk(k)
+            return values.to(x.dtype), indices
+        return too_many
+    if M == 0:
+        return lambda x: (torch.empty(shape, dtype=x.dtype, device=dev), torch.empty(shape, dtype=torch.int64, device=dev))
+    launches, work = (lane_launches if lanes else per_program_launches)(rows, K, k)
+    run = _runner(launches, work, rows, lambda: dict(out=torch.empty((M, k), dtype=x.dtype, device=dev),
+                                                     idx=torch.empty((M, k), dtype=torch.int64, device=dev)))
+
+    def call(x):
+        values = torch.empty((M, k), dtype=x.dtype, device=dev)
+        indices = torch.empty((M, k), dtype=torch.int64, device=dev)
+        run(x.reshape(M, N), out=values, idx=indices)
+        return values.view(shape), indices.view(shape)
+
+    return call
 
 
 def topk_per_program(x, k):
     """softmax_topk by the two kernels above: a running top K in every program."""
-    rows, k, shape = _topk_args(x, k)
-    if k > (MAX_K if SORT else 256):  # more candidates than a program keeps on chip (interpreted: than
-        # rank by counting can compare, 2^20 pairs at most)
-        values, indices = torch.softmax(x.float(), -1).topk(k)
-        return values.to(x.dtype), indices
-    M = rows.shape[0]
-    values = torch.empty((M, k), dtype=x.dtype, device=x.device)
-    indices = torch.empty((M, k), dtype=torch.int64, device=x.device)
-    if M > 0:
-        K = candidate_lanes(k)
-        md, keys, plan = _slices(rows, K)
-        topk_merge_kernel[(M,)](values, indices, md, keys, md, plan["slices"], k, 1.0,
-                                K=K, SLICES=plan["slices_p2"], MODE=0, RENORM=True, SORT=SORT)
-    return values.reshape(shape), indices.reshape(shape)
+    return _cached(x, ("per_program", type(k), k), lambda: _topk_call(x, k, "per_program"))(x)
 
 
 @triton.jit
@@ -487,55 +576,47 @@ def use_lanes(n_rows, n_cols, K):
     return K <= LANE_MAX_K and n_rows * n_cols >= LANE_MIN_ELEMENTS
 
 
-def _lanes(rows, K, k, out, idx, scale=1.0, mode=0, u=None, top_p=1.0, renorm=True):
+def lane_launches(rows, K, k, scale=1.0, mode=0, top_p=1.0, renorm=True):
+    """The lane kernels for rows like these, as launches with named pointers (as per_program_launches), and
+    their one workspace: the slices' pairs, the lanes' max, v2 and column, each row's candidate buffer and its
+    list of unclean lanes."""
     M, N = rows.shape
     plan = lane_plan(M, N, LANE_BYTES // rows.element_size())
     S, B, E = plan["slices"], plan["block"], plan["chunk"]
     cap = max(128, 2 * K)
-    # One workspace, in 4-byte words: the slices' pairs, the lanes' max, v2 and column, the row's
-    # candidate buffer (int64: every part before it has an even length) and its list of unclean lanes.
-    sizes = [2 * M * S, M * S * B, M * S * B, M * S * B, 2 * M * cap, M * UNCLEAN_LANES]
-    work = torch.empty(sum(sizes), dtype=torch.int32, device=rows.device)
-    md, lane_max, lane_v2, lane_col, buf, ubuf = work.split(sizes)
-    md, lane_max, lane_v2 = (t.view(torch.float32) for t in (md, lane_max, lane_v2))
-    buf = buf.view(torch.int64)
+    work = {"md": (M * S * 2, torch.float32), "lane_max": (M * S * B, torch.float32),
+            "lane_v2": (M * S * B, torch.float32), "lane_col": (M * S * B, torch.int32),
+            "buf": (M * cap, torch.int64), "ubuf": (M * UNCLEAN_LANES, torch.int32)}
     sl2e = scale * 1.4426950408889634  # exp(y) = exp2(y * log2(e))
     n_real = (S - 1) * B + min(B, cdiv(N - (S - 1) * plan["slice_len"], E))  # lanes that start before the row's end
     uw = min(256, next_pow2(plan["slice_len"] // B))  # an unclean lane's logits, up to 256 a gather
     pdl = launch_pdl(rows.device.index)
-    lane_slice_kernel[(M, S)](md, lane_max, lane_v2, lane_col, rows, rows.stride(0), rows.stride(1),
-                              N, plan["slice_len"], S, sl2e, BLOCK=B, CHUNK=E, PDL=pdl, STAGES=plan["stages"],
-                              num_warps=plan["warps"])
-    lane_merge_kernel[(M,)](out, idx, md, lane_max, lane_v2, lane_col, buf, ubuf, rows, md if u is None else u,
-                            rows.stride(0), rows.stride(1), N, plan["slice_len"], S, sl2e, scale, k, top_p,
+    lanes = ("md", "lane_max", "lane_v2", "lane_col")
+    strides_and_slices = (rows.stride(0), rows.stride(1), N, plan["slice_len"], S, sl2e)
+    return [
+        launch.Launch(lane_slice_kernel, (M, S), ptrs=lanes + ("x",), args=strides_and_slices,
+                      constexprs=dict(BLOCK=B, CHUNK=E, PDL=pdl, STAGES=plan["stages"]), num_warps=plan["warps"]),
+        launch.Launch(lane_merge_kernel, (M,), ptrs=("out", "idx", *lanes, "buf", "ubuf", "x", "u" if mode else "md"),
+                      args=(*strides_and_slices, scale, k, top_p,
                             max(cap // 2, k + 16),  # stop: half the buffer stays free for unclean lanes' logits
-                            n_real, K=K, BLOCK=B, SLICES=plan["slices_p2"], CHUNK=E, LANES=plan["lanes_p2"], CAP=cap,
-                            UCAP=UNCLEAN_LANES, UB=min(UNCLEAN_LANES, 2048 // uw), UW=uw, MODE=mode, RENORM=renorm,
-                            SORT=SORT, PDL=pdl, num_warps=plan["merge_warps"], **({"launch_pdl": True} if pdl else {}))
+                            n_real),
+                      constexprs=dict(K=K, BLOCK=B, SLICES=plan["slices_p2"], CHUNK=E, LANES=plan["lanes_p2"], CAP=cap,
+                                      UCAP=UNCLEAN_LANES, UB=min(UNCLEAN_LANES, 2048 // uw), UW=uw, MODE=mode,
+                                      RENORM=renorm, SORT=SORT, PDL=pdl),
+                      num_warps=plan["merge_warps"], pdl=pdl),
+    ], work
 
 
 def topk_by_lanes(x, k):
     """softmax_topk by the lane kernels (k <= LANE_MAX_K)."""
-    rows, k, shape = _topk_args(x, k)
-    K = candidate_lanes(k)
-    if K > LANE_MAX_K:
-        raise ValueError(f"the lane kernels keep k <= {LANE_MAX_K}, got {k}.")
-    M = rows.shape[0]
-    values = torch.empty((M, k), dtype=x.dtype, device=x.device)
-    indices = torch.empty((M, k), dtype=torch.int64, device=x.device)
-    if M > 0:
-        _lanes(rows, K, k, values, indices)
-    return values.reshape(shape), indices.reshape(shape)
+    return _cached(x, ("lanes", type(k), k), lambda: _topk_call(x, k, "lanes"))(x)
 
 
 def softmax_topk(x, k):
     """The k largest probabilities of softmax(x) over the last dimension and their columns, largest
     first, as ``torch.softmax(x.float(), -1).topk(k)``: values in x's dtype (computed in float32),
     int64 indices, both of shape (..., k). Reads x once and never modifies it."""
-    rows, k, _ = _topk_args(x, k)
-    if use_lanes(rows.shape[0], rows.shape[1], candidate_lanes(k)):
-        return topk_by_lanes(x, k)
-    return topk_per_program(x, k)
+    return _cached(x, ("softmax_topk", type(k), k), lambda: _topk_call(x, k, None))(x)
 
 
 def sample_torch(rows, temperature, top_k, top_p, u):
@@ -555,46 +636,69 @@ def sample(logits, *, temperature=1.0, top_k=None, top_p=None, generator=None):
     """One token per row drawn from softmax(logits / temperature), restricted to the top_k most probable
     tokens, then to the nucleus of mass top_p (Hugging Face's order); temperature 0 is argmax. The
     uniforms come from ``generator``: the same seed gives the same ids. int64, shape logits.shape[:-1]."""
+    settings = ("sample", type(temperature), temperature, type(top_k), top_k, type(top_p), top_p)
+    return _cached(logits, settings, lambda: _sample_call(logits, temperature, top_k, top_p))(logits, generator)
+
+
+def _sample_call(logits, temperature, top_k, top_p):
+    """sample's ready function, call(logits, generator), for logits like these and these settings."""
     rows = _rows(logits, "logits")
-    M, n = rows.shape
+    (M, n), dev = rows.shape, logits.device
     if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or not temperature >= 0:
         raise ValueError(f"temperature must be a number >= 0, got {temperature!r}.")
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or top_k < 1):
         raise ValueError(f"top_k must be an integer >= 1 (or None), got {top_k!r}.")
     if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, numbers.Real) or not 0 < top_p <= 1):
         raise ValueError(f"top_p must be in (0, 1] (or None), got {top_p!r}.")
-    shape, dev = tuple(logits.shape[:-1]), logits.device
+    shape = tuple(logits.shape[:-1])
     if M == 0:
-        return torch.empty(shape, dtype=torch.int64, device=dev)
+        return lambda logits, generator: torch.empty(shape, dtype=torch.int64, device=dev)
     temperature = float(temperature)
     if temperature == 0:  # greedy
-        return softmax_topk(logits, 1)[1].reshape(shape)
+        return lambda logits, generator: softmax_topk(logits, 1)[1].reshape(shape)
     top_k = None if top_k is None else min(int(top_k), n)
     top_p = None if top_p is None or top_p >= 1 else float(top_p)
-    ids = torch.empty((M,), dtype=torch.int64, device=dev)
+
+    def like_a_call(**more):  # tensors like those a call passes, for _runner to compile the kernels for
+        return dict(out=torch.zeros((M,), dtype=torch.float32, device=dev),
+                    idx=torch.empty((M,), dtype=torch.int64, device=dev), **more)
+
     if top_k is None and top_p is None:  # the whole vocabulary: Gumbel-max, a top 1 of perturbed logits
-        seed = torch.randint(0, 2**31 - 1, (1,), generator=generator, device=dev, dtype=torch.int32)
-        K = candidate_lanes(1)
-        md, keys, plan = _slices(rows, K, 1.0 / temperature, seed=seed)
-        p_top = torch.empty((M,), dtype=torch.float32, device=dev)  # the winner's perturbed "probability": unused
-        topk_merge_kernel[(M,)](p_top, ids, md, keys, md, plan["slices"], 1, 1.0,
-                                K=K, SLICES=plan["slices_p2"], MODE=0, RENORM=True, SORT=SORT)
-        return ids.reshape(shape)
-    u = torch.rand((M,), generator=generator, device=dev, dtype=torch.float32)
+        launches, work = per_program_launches(rows, candidate_lanes(1), 1, scale=1.0 / temperature, gumbel=True)
+        gumbel = _runner(launches, work, rows, lambda: like_a_call(seed=torch.zeros(1, dtype=torch.int32, device=dev)))
+
+        def gumbel_max(logits, generator):
+            seed = torch.randint(0, 2**31 - 1, (1,), generator=generator, device=dev, dtype=torch.int32)
+            ids = torch.empty((M,), dtype=torch.int64, device=dev)
+            p_top = torch.empty((M,), dtype=torch.float32, device=dev)  # the winner's perturbed "probability": unused
+            gumbel(logits.reshape(M, n), out=p_top, idx=ids, seed=seed)
+            return ids.view(shape)
+
+        return gumbel_max
     k = top_k if top_k is not None else min(TOP_P_BOUND, n)
     p = 1.0 if top_p is None else top_p
     if k > MAX_K:
-        return sample_torch(rows, temperature, top_k, p, u).reshape(shape)
+        def sorted_draw(logits, generator):
+            u = torch.rand((M,), generator=generator, device=dev, dtype=torch.float32)
+            return sample_torch(logits.reshape(M, n), temperature, top_k, p, u).reshape(shape)
+
+        return sorted_draw
     K = candidate_lanes(k)
-    mass = torch.empty((M,), dtype=torch.float32, device=dev)
-    if use_lanes(M, n, K):
-        _lanes(rows, K, k, mass, ids, 1.0 / temperature, mode=1, u=u, top_p=p, renorm=top_k is not None)
-    else:
-        md, keys, plan = _slices(rows, K, 1.0 / temperature)
-        topk_merge_kernel[(M,)](mass, ids, md, keys, u, plan["slices"], k, p,
-                                K=K, SLICES=plan["slices_p2"], MODE=1, RENORM=top_k is not None, SORT=SORT)
-    if top_k is None and k < n:  # the nucleus must lie inside the candidates; else sort that row
-        short = (mass < p).nonzero()[:, 0]
-        if short.numel():
-            ids[short] = sample_torch(rows[short], temperature, None, p, u[short])
-    return ids.reshape(shape)
+    design = lane_launches if use_lanes(M, n, K) else per_program_launches
+    launches, work = design(rows, K, k, scale=1.0 / temperature, mode=1, top_p=p, renorm=top_k is not None)
+    run = _runner(launches, work, rows, lambda: like_a_call(u=torch.zeros((M,), dtype=torch.float32, device=dev)))
+    nucleus_may_escape = top_k is None and k < n  # the nucleus must lie inside the candidates; else sort that row
+
+    def call(logits, generator):
+        u = torch.rand((M,), generator=generator, device=dev, dtype=torch.float32)
+        ids = torch.empty((M,), dtype=torch.int64, device=dev)
+        mass = torch.empty((M,), dtype=torch.float32, device=dev)  # the candidates' mass: the nucleus if >= top_p
+        rows = logits.reshape(M, n)
+        run(rows, out=mass, idx=ids, u=u)
+        if nucleus_may_escape:
+            short = (mass < p).nonzero()[:, 0]
+            if short.numel():
+                ids[short] = sample_torch(rows[short], temperature, None, p, u[short])
+        return ids.view(shape)
+
+    return call
