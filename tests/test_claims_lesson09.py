@@ -233,7 +233,8 @@ def test_the_h200_paragraph_fractions_beside_the_h100():
     fractions are compared directly."""
     h100, h200 = data.load("sampling", gpu="h100"), data.load("sampling", gpu="h200")
     assert len(h200.query("M >= 64 and provider == 'course_softmax_topk'")) == 16
-    assert set(h100.provider) == set(h200.provider)
+    assert set(h200.provider) - set(h100.provider) == {"course_softmax_topk_jit", "course_sample_jit"}  # below
+    assert set(h100.provider) <= set(h200.provider)
     noisy_shape, f, s, a, peer = _gpus()
     text = cell_with("09", H200)
     quotes(text, f"reaches {f.H200.min():.3f} to {f.H200.max():.3f} of one read at 64 and 256 rows, "
@@ -373,28 +374,21 @@ def test_flashinfer_against_sample_in_gpu_time():
                          f"{r.flashinfer_sample_scaled.min():.1f} to {r.flashinfer_sample_scaled.max():.1f})", "{}")
 
 
-def test_flashinfer_one_row_and_host_time():
+def test_flashinfer_one_row():
     _, us, _, host = _flashinfer()
     text = cell_with("09", FLASHINFER)
     row = us.loc[("float32", 1)].loc[[32000, 256000]].round(1)
     quotes(text, f"take {row.flashinfer_sample_scaled[32000]:.1f} µs at one row of 32000 float32 logits and "
                  f"{row.flashinfer_sample_scaled[256000]:.1f} µs at 256000", "{}")
     quotes(text, f"takes {row.course_sample[32000]:.1f} and {row.course_sample[256000]:.1f} µs", "{}")
-    radix = host.index.get_level_values("N") >= 65536
-    masked, long = host[~radix], host[radix]
-    quotes(text, f"costs {masked.course_sample.min():.0f} to {masked.course_sample.max():.0f} µs of the CPU there, "
-                 f"FlashInfer's same draw {masked.flashinfer_sample.min():.0f} to {masked.flashinfer_sample.max():.0f} µs", "{}")
-    assert (masked.flashinfer_sample.max() < masked.course_sample.min()) and "FlashInfer is ahead at 32000 columns" in text
-    quotes(text, f"the two overlap (`sample` {long.course_sample.min():.0f} to {long.course_sample.max():.0f} µs, "
-                 f"FlashInfer {long.flashinfer_sample.min():.0f} to {long.flashinfer_sample.max():.0f} µs)", "{}")
-    assert long.flashinfer_sample.min() <= long.course_sample.max() and long.course_sample.min() <= long.flashinfer_sample.max()
-    assert (host.course_sample > us.course_sample).all() and "above its GPU time at all 32 shapes" in text
-    assert len(host) == 32
+    # The recording's course_sample host times are of the wrapper before its ready functions: the lesson compares
+    # host times in its own section, with the H200 benchmark's (below), and quotes none from here.
+    assert "host time" not in text and "µs of the CPU" not in text
 
 
 def test_flashinfer_derivations_are_in_sight():
     cell = code_cell_with("09", "us[[\"flashinfer_sample\", \"flashinfer_sample_scaled\"]].div(")
-    assert "radix & quiet" in cell and "h.course_sample.min()" in cell and "(\"float32\", 1)" in cell
+    assert "radix & quiet" in cell and "(\"float32\", 1)" in cell and "host_us" not in cell
     assert 'data.load("sampling_flashinfer", gpu="h200")' in code_cell_with("09", 'data.load("sampling_flashinfer", gpu="h100")')
 
 
@@ -502,3 +496,70 @@ def test_where_the_merge_spends_its_time():
     assert ((whole / library - 1).abs() < 0.01).all()  # the uncut copy takes the library merge's time
     cell = code_cell_with("09", 'data.load("topk_merge_stages"')
     assert "chain.diff()" in cell and "data.noisy(spread.shift())" in cell
+
+
+# What a call costs the CPU (figures/data/sampling_h200.csv: the library's calls and the same kernels behind the
+# obvious wrapper, in one run), as the lesson's cells derive it.
+HOST = "A call of `softmax_topk` costs the CPU"
+
+
+def _host():
+    h200 = data.load("sampling", gpu="h200")
+    shape = ["dtype", "M", "N"]
+    host = h200.pivot_table(index=shape, columns="provider", values="host_us")
+    gpu_us = h200.pivot_table(index=shape, columns="provider", values="graph_us")
+    few = host.index.get_level_values("M") <= 8
+    fi_host = data.load("sampling_flashinfer", gpu="h200").pivot_table(index=shape, columns="provider",
+                                                                       values="host_us").flashinfer_sample
+    eager = data.noisy(h200.query("M <= 8").pivot_table(index=shape, columns="provider", values="spread"))
+    return host, gpu_us, few, fi_host, eager
+
+
+def test_host_time_a_call_against_the_obvious_wrapper_and_pytorch():
+    host, gpu_us, few, _, _ = _host()
+    text = cell_with("09", HOST)
+    assert len(host) == 32
+    for call, peer, name, peer_quote in [("course_softmax_topk", "torch_softmax_topk", "`softmax_topk` costs the CPU",
+                                          "PyTorch's softmax + top-k costs"),
+                                         ("course_sample", "torch_hf_sample", "one of `sample`", "the Hugging Face chain")]:
+        h = host[call]
+        quotes(text, f"{name} {h.min():.0f} to {h.max():.0f} µs", "{}")
+        quotes(text, f"{peer_quote} {host[peer].min():.0f} to {host[peer].max():.0f} µs", "{}")
+        assert (host[peer] > h).all()
+    topk, smp = (host[c + "_jit"] / host[c] for c in ("course_softmax_topk", "course_sample"))
+    quotes(text, f"cost {topk.min():.1f} to {topk.max():.1f} and {smp.min():.1f} to {smp.max():.1f} times as much", "{}")
+    assert min(topk.min(), smp.min()) > 2 and "more than `softmax_topk` at all 32 shapes" in text
+
+
+def test_host_time_against_flashinfer_across_runs():
+    host, _, _, fi_host, _ = _host()
+    text = cell_with("09", HOST)
+    n = host.index.get_level_values("N")
+    s, f = host.course_sample, fi_host.reindex(host.index)
+    assert f.notna().all()
+    quotes(text, f"FlashInfer's same draw cost {f[n == 32000].min():.0f} to {f[n == 32000].max():.0f} µs at 32000 columns "
+                 f"and {f[n > 32000].min():.0f} to {f[n > 32000].max():.0f} µs from 128256 on", "{}")
+    quotes(text, f"`sample` here: {s[n == 32000].min():.0f} to {s[n == 32000].max():.0f} and "
+                 f"{s[n > 32000].min():.0f} to {s[n > 32000].max():.0f} µs", "{}")
+    assert "a comparison across runs" in text
+
+
+def test_host_time_above_gpu_time_at_few_rows_and_eager_not_used():
+    host, gpu_us, few, _, eager = _host()
+    text = cell_with("09", "At one and eight rows the kernels take")
+    for call in ("course_softmax_topk", "course_sample"):
+        g = gpu_us[call][few]
+        over = host[call][few] / g
+        quotes(text, f"{g.min():.1f} to {g.max():.1f} µs", "{}")
+        quotes(text, f"{over.min():.1f} to {over.max():.1f}", "{}")
+        assert (over > 1).all() and "above that at every shape" in text
+    quotes(text, f"spread over 10% at {eager.course_softmax_topk.sum()} (`softmax_topk`) and {eager.course_sample.sum()} "
+                 f"(`sample`) of the {few.sum()} shapes", "{}")
+    assert eager.course_softmax_topk.sum() > 0  # else the eager timings could be used
+
+
+def test_host_derivations_are_in_sight():
+    table = code_cell_with("09", "host = h200.pivot_table(")
+    assert '"course_softmax_topk_jit"' in table and "few = host.index.get_level_values(\"M\") <= 8" in table
+    numbers = code_cell_with("09", 'host[call + "_jit"] / host[call]')
+    assert "(host[peer] > h).sum()" in numbers and "fi_h200.pivot_table(" in numbers and "data.noisy(eager_spread" in numbers
