@@ -251,17 +251,18 @@ def _runner(launches, work, rows, examples):
         parts[name] = (words, n, dtype)
         words += n * dtype.itemsize // 4
 
+    def views(w):  # the workspace's parts, as tensors
+        return {name: w[o:o + n * dt.itemsize // 4].view(dt) for name, (o, n, dt) in parts.items()}
+
     def jit_run(rows, **tensors):
-        w = torch.empty(words, dtype=torch.int32, device=dev)
-        named = {name: w[o:o + n * dt.itemsize // 4].view(dt) for name, (o, n, dt) in parts.items()}
+        named = views(torch.empty(words, dtype=torch.int32, device=dev))
         named.update(tensors, x=rows)
         for L in launches:
             L.kernel[L.grid](*(named[p] for p in L.ptrs), *L.args, **L.constexprs, **L.options())
 
     if not launch.direct_path(rows):
         return jit_run
-    w = torch.empty(words, dtype=torch.int32, device=dev)
-    named = {name: w[o:o + n * dt.itemsize // 4].view(dt) for name, (o, n, dt) in parts.items()}
+    named = views(torch.empty(words, dtype=torch.int32, device=dev))
     named.update(examples(), x=rows)
     try:
         fns = [(launch.direct_launcher(L, [named[p] for p in L.ptrs], dev.index), L.ptrs) for L in launches]
