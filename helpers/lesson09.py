@@ -295,7 +295,7 @@ def every_call_planned(fn):
     """The same kernels behind a wrapper written the obvious way: every call checks, plans and launches them
     through ``kernel[grid](...)``, and nothing is kept (``fn(x)`` makes a ready function and calls it once)."""
     def call(x):
-        direct, launch.DIRECT[0] = launch.DIRECT[0], False  # make() takes the JIT path
+        direct, launch.DIRECT[0] = launch.DIRECT[0], False  # so the ready function made here takes the JIT path
         try:
             return fn(x)
         finally:
