@@ -263,15 +263,19 @@ def current_device() -> int:
 
 def direct_launcher(L: Launch, tensors: tuple, device: int) -> Callable:
     """Compile ``L`` for these example tensors (``tensors[i]`` is the pointer ``L.ptrs[i]``) and return
-    ``launch(*data_ptrs)``, which queues it on ``device``'s current stream: the row wrappers' direct
-    path, for kernels whose inputs are not rows (attention). TypeError or AttributeError when this
-    Triton's launcher differs: use ``kernel[grid](...)`` then (``DIRECT[0] = False`` if a launch refuses)."""
+    ``launch(*data_ptrs, args=None)``, which queues it on ``device``'s current stream: the row wrappers'
+    direct path, for kernels whose inputs are not rows (attention, sampling). ``args``, if given, replaces
+    ``L.args`` for this launch: only floats may differ from those compiled for (Triton specializes integers
+    and pointers, not floats). TypeError or AttributeError when this Triton's launcher differs: use
+    ``kernel[grid](...)`` then (``DIRECT[0] = False`` if a launch refuses)."""
     d = _Direct(L, tensors, {p: i for i, p in enumerate(L.ptrs)})
     run, (gx, gy, gz), fn, packed, coop, pdl, rest = d.launch, d.grid, d.function, d.packed, d.coop, d.pdl, d.rest
+    constexprs = rest[len(L.args):]
     raw_stream = _raw_stream
 
-    def launch(*ptrs):
-        run(gx, gy, gz, raw_stream(device), fn, coop, pdl, None, None, packed, None, None, None, *ptrs, *rest)
+    def launch(*ptrs, args=None):
+        run(gx, gy, gz, raw_stream(device), fn, coop, pdl, None, None, packed, None, None, None, *ptrs,
+            *(rest if args is None else (*args, *constexprs)))
 
     return launch
 

@@ -317,7 +317,7 @@ def providers(names=PROVIDERS) -> dict:
          "course_topk_per_program": lambda x: sampling.topk_per_program(x, 50),  # each design at every shape
          "course_topk_lanes": lambda x: sampling.topk_by_lanes(x, 50),
          "course_softmax_topk_jit": every_call_planned(lambda x: sampling._topk_call(x, 50, None)(x)),
-         "course_sample_jit": every_call_planned(lambda x: sampling._sample_call(x, 0.7, 50, 0.9)(x, None)),
+         "course_sample_jit": every_call_planned(lambda x: sampling._sample_call(x, 0.7, 50, 0.9)(x, None, 0.7, 0.9)),
          "torch_softmax_topk": torch_softmax_topk, "torch_hf_sample": hf_sample}
     if "compile_softmax_topk" in names or "compile_hf_sample" in names:
         p["compile_softmax_topk"] = torch.compile(torch_softmax_topk, dynamic=True)

@@ -305,6 +305,48 @@ def test_sample_through_the_lanes_equals_the_sorted_draw(monkeypatch, small_lane
     assert torch.equal(sample(x, temperature=0), x.argmax(-1))
 
 
+@pytest.mark.parametrize("lanes", [False, True])
+def test_sample_takes_temperature_and_top_p_with_each_call(monkeypatch, small_lanes, lanes):
+    """A decoding loop may change the temperature and top_p on every call: they go to the kernels with each call,
+    so one ready function serves them all (no new entry), and every draw is the sorted draw of its own settings
+    for the same u (a value kept from the first call would pick the first call's tokens)."""
+    if lanes:
+        monkeypatch.setattr(sampling, "LANE_MIN_ELEMENTS", 0)
+    x = _rand(16, 2000, seed=29, scale=1.0)
+    settings = ((0.5, 0.9), (3.0, 0.95), (0.05, 0.5), (1.7, 0.3))
+    for top_k in (40, None):
+        sampling._CALLS.clear()
+        drawn = []
+        for temperature, top_p in settings:
+            gen = lambda: torch.Generator(device=DEVICE).manual_seed(8)  # noqa: E731
+            got = sample(x, temperature=temperature, top_k=top_k, top_p=top_p, generator=gen())
+            u = torch.rand((16,), generator=gen(), device=DEVICE)
+            want = sampling.sample_torch(x, temperature, top_k, top_p, u)
+            assert torch.equal(got, want), (top_k, temperature, top_p)
+            drawn.append(got)
+        assert len(sampling._CALLS) == 1
+        assert all(not torch.equal(drawn[0], d) for d in drawn[1:])  # the settings change the tokens
+
+
+@pytest.mark.parametrize("n_cols", [300, 2000])
+def test_sample_at_extreme_temperatures(monkeypatch, small_lanes, n_cols):
+    """logits / temperature overflows float32 at tiny temperatures: the kernels scale differences x - m <= 0
+    instead, and a temperature whose 1 / temperature is out of float32's comfort (below MIN_TEMPERATURE, above
+    MAX_TEMPERATURE) goes to the float64 sort. Near 0 every setting is the argmax (once: ids at random); near
+    infinity every finite logit is as likely and -inf never drawn."""
+    monkeypatch.setattr(sampling, "LANE_MIN_ELEMENTS", 0)  # rows of 2000: the lane kernels (with a top_k)
+    x = _rand(4, n_cols, seed=31, scale=100.0)
+    x[:, ::3] = INF
+    for temperature, big in ((1e-3, 1), (1e-20, 1), (1e-30, 1e8), (1e-36, 1), (1e-44, 1)):
+        for kw in ({}, {"top_k": 5}, {"top_p": 0.5}, {"top_k": 50, "top_p": 0.9}):  # big: x / 1e-30 is 1e40
+            ids = sample(x * big, temperature=temperature, generator=torch.Generator(device=DEVICE).manual_seed(2), **kw)
+            assert torch.equal(ids, x.argmax(-1)), (temperature, kw)
+    rows = x[:1].expand(400, n_cols)
+    for temperature in (1e25, 1e40):
+        ids = sample(rows, temperature=temperature, generator=torch.Generator(device=DEVICE).manual_seed(2))
+        assert (ids % 3 != 0).all() and ids.unique().numel() > 100, temperature  # 2/3 of the row, all alike
+
+
 def test_sample_distribution_matches_the_exact_probabilities():
     """Chi-square of the counts against float64, every setting, fixed seeds (cannot flake)."""
     freq = lesson09.frequency_check(draws=300)
@@ -397,7 +439,7 @@ from triton.compiler import ASTSource
 SLICE = {"md_ptr": "*fp32", "keys_ptr": "*i64", "in_ptr": "*bf16", "seed_ptr": "*i32", "in_row_stride": "i32",
          "in_col_stride": "i32", "n_cols": "i32", "slice_len": "i32", "n_slices": "i32", "scale": "fp32"}
 MERGE = {"out_ptr": "*fp32", "idx_ptr": "*i64", "md_ptr": "*fp32", "keys_ptr": "*i64", "u_ptr": "*fp32",
-         "n_slices": "i32", "k": "i32", "top_p": "fp32"}
+         "n_slices": "i32", "scale": "fp32", "k": "i32", "top_p": "fp32"}
 LANE_SLICE = {"md_ptr": "*fp32", "lm_ptr": "*fp32", "lv_ptr": "*fp32", "lc_ptr": "*i32", "in_ptr": "*bf16",
               "in_row_stride": "i32", "in_col_stride": "i32", "n_cols": "i32", "slice_len": "i32", "n_slices": "i32",
               "sl2e": "fp32"}
