@@ -14,11 +14,10 @@ import torch.nn.functional as F
 from . import measure, plots
 from .exercises import Wrong, call_attempt, check, guarded, launch_learner_kernel
 from .kernels import attention, naive_attention
-from .kernels.attention import _launcher, attention_plan
+from .kernels.attention import LOG2E, _launcher, attention_plan
 from .mode import DEVICE, INTERPRETER
 
 NEG_INF = float("-inf")
-LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 
 
