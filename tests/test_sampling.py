@@ -328,6 +328,42 @@ def test_sample_takes_temperature_and_top_p_with_each_call(monkeypatch, small_la
         assert all(not torch.equal(drawn[0], d) for d in drawn[1:])  # the settings change the tokens
 
 
+@pytest.mark.parametrize("lanes", [False, True])
+def test_the_direct_path_passes_each_calls_scalars(monkeypatch, small_lanes, lanes):
+    """On a GPU a ready function calls each compiled kernel's launcher with raw pointers, and those launches that
+    name scalars get args= bound to the call's temperature and top_p (bound again only when they change). Checked
+    on any machine with a recording launcher in place of the compiled one."""
+    from helpers import launch
+
+    calls = []
+
+    def recording_launcher(L, tensors, device):
+        return lambda *ptrs, args=None: calls.append((L.kernel.__name__, args))
+
+    monkeypatch.setattr(launch, "direct_path", lambda x: True)
+    monkeypatch.setattr(launch, "direct_launcher", recording_launcher)
+    monkeypatch.setattr(launch, "current_device", lambda: None)  # a CPU tensor's device index
+    if lanes:
+        monkeypatch.setattr(sampling, "LANE_MIN_ELEMENTS", 0)
+    x = _rand(4, 2000, seed=50)
+    seen = []
+    for temperature, top_p in ((0.5, 0.9), (0.5, 0.9), (2.0, 0.3)):
+        calls.clear()
+        sample(x, temperature=temperature, top_k=20, top_p=top_p)
+        (slice_name, slice_args), (merge_name, merge_args) = calls[-2:]  # the call's two launches
+        assert slice_name.endswith("slice_kernel") and merge_name.endswith("merge_kernel")
+        scale = 1 / temperature
+        assert slice_args[-1] == pytest.approx(scale * (sampling.LOG2E if lanes else 1.0))
+        assert merge_args[merge_args.index(20) - 1] == pytest.approx(scale)  # ..., scale, k, top_p, ...
+        assert merge_args[merge_args.index(20) + 1] == pytest.approx(top_p)
+        seen.append(merge_args)
+    assert seen[1] is seen[0] and seen[2] is not seen[0]  # the same values: bound once
+    assert len(sampling._CALLS) == 1
+    calls.clear()
+    softmax_topk(x, 20)  # the softmax itself: its scalars fixed when its ready function is made
+    assert [args for _, args in calls] == [None, None, None, None]  # the launch on examples, then the call's
+
+
 @pytest.mark.parametrize("n_cols", [300, 2000])
 def test_sample_at_extreme_temperatures(monkeypatch, small_lanes, n_cols):
     """logits / temperature overflows float32 at tiny temperatures: the kernels scale differences x - m <= 0

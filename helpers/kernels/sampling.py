@@ -299,7 +299,7 @@ def _runner(launches, work, rows, examples, **fixed):
     except (TypeError, AttributeError):
         return jit_run
     fns = [(fn, L.ptrs, L if named_args else None) for (fn, L), named_args in zip(fns, per_call)]
-    bound = [None, [None] * len(fns)]  # the last scalars given, and each launch's arguments bound to them
+    bound = [(None, [None] * len(fns))]  # (the last scalars given, each launch's arguments bound to them)
 
     def direct_run(rows, scalars=None, **tensors):
         if launch.current_device() != dev.index:  # launch in the tensors' own device context
@@ -311,9 +311,10 @@ def _runner(launches, work, rows, examples, **fixed):
         ptr["x"] = rows.data_ptr()
         for name, t in tensors.items():
             ptr[name] = t.data_ptr()
-        if scalars is not bound[0]:  # new values (a caller that keeps them passes the same dict again)
-            bound[:] = scalars, [None if L is None else bind(L, scalars) for _, _, L in fns]
-        for (fn, ptrs, _), args in zip(fns, bound[1]):
+        b = bound[0]  # one read: another thread may replace it meanwhile, never change it
+        if scalars is not b[0]:  # new values (a caller that keeps them passes the same dict again)
+            b = bound[0] = scalars, [None if L is None else bind(L, scalars) for _, _, L in fns]
+        for (fn, ptrs, _), args in zip(fns, b[1]):
             fn(*(ptr[p] for p in ptrs), args=args)
 
     return direct_run
@@ -726,18 +727,19 @@ def _sample_call(logits, temperature, top_k, top_p):
     launches, work = design(rows, K, k, mode=1, renorm=top_k is not None)
     run = _runner(launches, work, rows, lambda: like_a_call(u=torch.zeros((M,), dtype=torch.float32, device=dev)))
     nucleus_may_escape = top_k is None and k < n  # the nucleus must lie inside the candidates; else sort that row
-    last = [None, None]  # the last (temperature, top_p) and their scalars
+    last = [((None, None), None)]  # ((the last temperature, top_p), their scalars)
 
     def call(logits, generator, temperature, top_p):
         if not MIN_TEMPERATURE <= temperature <= MAX_TEMPERATURE:
             return sorted_draw(logits, generator, temperature, top_p)
-        if (temperature, top_p) != last[0]:
-            last[:] = (temperature, top_p), sample_scalars(temperature, top_p)
+        settings = last[0]  # one read, as in _runner
+        if settings[0] != (temperature, top_p):
+            settings = last[0] = (temperature, top_p), sample_scalars(temperature, top_p)
         u = torch.rand((M,), generator=generator, device=dev, dtype=torch.float32)
         ids = torch.empty((M,), dtype=torch.int64, device=dev)
         mass = torch.empty((M,), dtype=torch.float32, device=dev)  # the candidates' mass: the nucleus if >= top_p
         rows = logits.reshape(M, n)
-        run(rows, last[1], out=mass, idx=ids, u=u)
+        run(rows, settings[1], out=mass, idx=ids, u=u)
         if nucleus_may_escape:
             short = (mass < top_p).nonzero()[:, 0]
             if short.numel():
