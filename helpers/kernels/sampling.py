@@ -264,7 +264,6 @@ def _runner(launches, work, rows, examples, **fixed):
     Triton's launcher differs, through the JIT."""
     launches = [dataclasses.replace(L, args=tuple(fixed.get(a, a) if isinstance(a, str) else a for a in L.args))
                 for L in launches]
-    per_call = [any(isinstance(a, str) for a in L.args) for L in launches]
 
     def bind(L, scalars):  # L's scalar arguments, the named ones from scalars
         return tuple(float(scalars[a]) if isinstance(a, str) else a for a in L.args)
@@ -298,7 +297,7 @@ def _runner(launches, work, rows, examples, **fixed):
             fn(*(ptr[p] for p in L.ptrs))
     except (TypeError, AttributeError):
         return jit_run
-    fns = [(fn, L.ptrs, L if named_args else None) for (fn, L), named_args in zip(fns, per_call)]
+    fns = [(fn, L.ptrs, L if any(isinstance(a, str) for a in L.args) else None) for fn, L in fns]  # L: named scalars
     bound = [(None, [None] * len(fns))]  # (the last scalars given, each launch's arguments bound to them)
 
     def direct_run(rows, scalars=None, **tensors):
@@ -715,7 +714,7 @@ def _sample_call(logits, temperature, top_k, top_p):
             seed = torch.randint(0, 2**31 - 1, (1,), generator=generator, device=dev, dtype=torch.int32)
             ids = torch.empty((M,), dtype=torch.int64, device=dev)
             p_top = torch.empty((M,), dtype=torch.float32, device=dev)  # the winner's perturbed "probability": unused
-            gumbel(logits.reshape(M, n), dict(scale=1.0 / temperature), out=p_top, idx=ids, seed=seed)
+            gumbel(logits.reshape(M, n), sample_scalars(temperature, 1.0), out=p_top, idx=ids, seed=seed)
             return ids.view(shape)
 
         return gumbel_max
