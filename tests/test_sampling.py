@@ -383,6 +383,62 @@ def test_sample_at_extreme_temperatures(monkeypatch, small_lanes, n_cols):
         assert (ids % 3 != 0).all() and ids.unique().numel() > 100, temperature  # 2/3 of the row, all alike
 
 
+def _rows_without_a_softmax(n_cols):
+    """Rows 1-4 have no softmax: a NaN logit, a +inf one, only -inf, and -inf with one NaN (so that a block or a
+    lane sees only -inf and NaN); rows 0 and 5 are ordinary. Also the same rows with 1-4 made ordinary."""
+    x = _rand(6, n_cols, seed=33)
+    good = x.clone()
+    x[1, n_cols // 3] = float("nan")
+    x[2, n_cols // 2] = float("inf")
+    x[3] = INF
+    x[4, n_cols // 2:] = INF
+    x[4, n_cols - 5] = float("nan")
+    return x, good
+
+
+@pytest.mark.parametrize("lanes", [False, True])
+def test_sample_gives_minus_one_for_a_row_without_a_softmax(monkeypatch, small_lanes, lanes):
+    """A NaN logit, a +inf one or only -inf leave softmax undefined (torch.multinomial raises, after waiting for
+    the GPU): every path of sample gives such a row -1, at every setting, and the other rows the ids they get
+    when those rows are ordinary (the same uniforms). The float64 sort too (a top_k beyond the kernels, a
+    temperature beyond their range), and greedy, whatever argmax would say of a NaN or an inf."""
+    if lanes:
+        monkeypatch.setattr(sampling, "LANE_MIN_ELEMENTS", 0)
+    n_cols = 2000
+    x, good = _rows_without_a_softmax(n_cols)
+    before = x.clone()
+    settings = [dict(temperature=0), dict(), dict(top_k=40), dict(top_p=0.8), dict(top_k=50, top_p=0.9),
+                dict(top_k=sampling.MAX_K + 1), dict(temperature=1e-40, top_k=5), dict(temperature=1e40)]
+    for kw in settings:
+        gen = lambda: torch.Generator(device=DEVICE).manual_seed(12)  # noqa: E731
+        got = sample(x, generator=gen(), **kw)
+        want = sample(good, generator=gen(), **kw)
+        assert got[1:5].tolist() == [-1] * 4, kw
+        assert torch.equal(got[[0, 5]], want[[0, 5]]) and (want >= 0).all(), kw
+    assert torch.equal(x.nan_to_num(), before.nan_to_num())  # never modified
+    values, _ = softmax_topk(x, 3)  # softmax_topk: NaN probabilities, as torch.softmax gives
+    assert values[1:5].isnan().all() and not values[[0, 5]].isnan().any()
+
+
+def test_a_slice_of_only_minus_inf_and_nan_still_marks_its_row():
+    """The per-program kernels: a slice whose logits are -inf and one NaN has no maximum above -inf (a GPU's max
+    skips the NaN), yet its NaN must reach the slice's d, and so the row's: its id is -1."""
+    x = _rand(2, 4096, seed=34)
+    x[0, 2048:] = INF
+    x[0, 4000] = float("nan")
+    plan = sampling.topk_plan(1, 4096, 8)
+    S = plan["slices"]
+    assert S >= 2 and plan["slice_len"] <= 2048  # the last slice: -inf and the NaN only
+    md = torch.zeros(S, 2, device=DEVICE)
+    keys = torch.zeros(S, 8, dtype=torch.int64, device=DEVICE)
+    sampling.topk_slice_kernel[(1, S)](md, keys, x[0], md, 4096, 1, 4096, plan["slice_len"], S, 1.0,
+                                       K=8, BLOCK=plan["block"], GUMBEL=False, SORT=sampling.SORT)
+    assert md[-1, 1].isnan() and not md[0].isnan().any()
+    for kw in (dict(temperature=0), dict(), dict(top_k=5)):
+        ids = sample(x, generator=torch.Generator(device=DEVICE).manual_seed(1), **kw)
+        assert ids[0] == -1 and ids[1] >= 0, kw
+
+
 def test_sample_distribution_matches_the_exact_probabilities():
     """Chi-square of the counts against float64, every setting, fixed seeds (cannot flake)."""
     freq = lesson09.frequency_check(draws=300)

@@ -125,8 +125,10 @@ def topk_slice_kernel(
         m_new = tl.maximum(m, tl.max(x, 0))           # lesson 04's online pair, kept NaN-free
         alive = m_new > -float("inf")
         # The scale multiplies differences x - m <= 0, never a logit: x * scale could overflow float32.
+        # A NaN logit makes d NaN, even in a block whose other logits are -inf: the merge then knows the row has
+        # no softmax (x != x only for NaN).
         d = (d * tl.where(alive, tl.exp((m - m_new) * scale), 1.0)
-             + tl.sum(tl.where(alive, tl.exp((x - m_new) * scale), 0.0), 0))
+             + tl.sum(tl.where(alive, tl.exp((x - m_new) * scale), tl.where(x != x, x, 0.0)), 0))
         m = m_new
         if GUMBEL:
             u = tl.rand(tl.load(seed_ptr), row * n_cols + cols)  # one uniform per (row, column)
@@ -144,7 +146,7 @@ def topk_merge_kernel(
     out_ptr, idx_ptr, md_ptr, keys_ptr, u_ptr,
     n_slices, scale, k, top_p,
     K: tl.constexpr, SLICES: tl.constexpr,  # SLICES: n_slices rounded up to a power of two
-    MODE: tl.constexpr,    # 0: store the top k probabilities and their columns; 1: sample one column
+    MODE: tl.constexpr,    # 0: store the top k probabilities and their columns; 1: sample one column; 2: the top 1's
     RENORM: tl.constexpr,  # MODE 1: the nucleus over the top k renormalized (top_k given), else over softmax
     SORT: tl.constexpr,
 ):
@@ -163,10 +165,12 @@ def topk_merge_kernel(
         p = tl.exp((v - m) * scale) / d  # NaN for a row of only -inf (m = -inf, d = 0), as torch.softmax gives
         tl.store(out_ptr + row * k + lane, p.to(out_ptr.dtype.element_ty), mask=lane < k)
         tl.store(idx_ptr + row * k + lane, col, mask=lane < k)
-    else:
+    elif MODE == 1:  # a column, or -1 where the row has no softmax (d is NaN or 0)
         chosen, mass = sample_step(v, col, m, d, scale, k, top_p, tl.load(u_ptr + row), K, RENORM)
-        tl.store(idx_ptr + row, chosen)
+        tl.store(idx_ptr + row, tl.where(d > 0, chosen, -1))
         tl.store(out_ptr + row, mass)  # the candidates' mass: they hold the nucleus if it is >= top_p
+    else:
+        tl.store(idx_ptr + row, tl.where(d > 0, tl.sum(tl.where(lane == 0, col, 0), 0), -1))
 
 
 def topk_plan(n_rows, n_cols, K, target_programs=None):
@@ -209,7 +213,8 @@ def _topk_args(x, k):
 
 def per_program_launches(rows, K, k, gumbel=False, mode=0, renorm=True):
     """The two kernels above for rows like these, as launches whose pointers are named (`x`: the rows; `out`,
-    `idx`: the results; `u`: the uniforms of MODE 1; `seed`: Gumbel-max's), and their workspace by name. Two
+    `idx`: the results, `idx` alone in MODE 2; `u`: the uniforms of MODE 1; `seed`: Gumbel-max's; a pointer that
+    a kernel does not use gets `md`), and their workspace by name. Two
     scalar arguments are named too, to be given with each call: `scale` (1 / temperature) and `top_p`."""
     M, N = rows.shape
     plan = topk_plan(M, N, K)
@@ -219,7 +224,7 @@ def per_program_launches(rows, K, k, gumbel=False, mode=0, renorm=True):
         launch.Launch(topk_slice_kernel, (M, S), ptrs=("md", "keys", "x", "seed" if gumbel else "md"),
                       args=(rows.stride(0), rows.stride(1), N, plan["slice_len"], S, "scale"),
                       constexprs=dict(K=K, BLOCK=plan["block"], GUMBEL=gumbel, SORT=SORT), num_warps=plan["warps"]),
-        launch.Launch(topk_merge_kernel, (M,), ptrs=("out", "idx", "md", "keys", "u" if mode else "md"),
+        launch.Launch(topk_merge_kernel, (M,), ptrs=("out" if mode < 2 else "md", "idx", "md", "keys", "u" if mode == 1 else "md"),
                       args=(S, "scale", k, "top_p"),
                       constexprs=dict(K=K, SLICES=plan["slices_p2"], MODE=mode, RENORM=renorm, SORT=SORT)),
     ], work
@@ -573,10 +578,12 @@ def lane_merge_kernel(
         p = tl.where(d > 0, tl.exp2((v - m) * sl2e) / d, float("nan"))  # a row of only -inf: NaN
         tl.store(out_ptr + row * k + lane, p.to(out_ptr.dtype.element_ty), mask=lane < k)
         tl.store(idx_ptr + row * k + lane, col, mask=lane < k)
-    else:
+    elif MODE == 1:  # as in topk_merge_kernel: -1 where the row has no softmax
         chosen, mass = sample_step(v, col, m, d, scale, k, top_p, tl.load(u_ptr + row), K, RENORM)
-        tl.store(idx_ptr + row, chosen)
+        tl.store(idx_ptr + row, tl.where(d > 0, chosen, -1))
         tl.store(out_ptr + row, mass)
+    else:
+        tl.store(idx_ptr + row, tl.where(d > 0, tl.sum(tl.where(lane == 0, col, 0), 0), -1))
 
 
 def lane_plan(n_rows, n_cols, chunk, target_programs=None):
@@ -629,7 +636,8 @@ def lane_launches(rows, K, k, mode=0, renorm=True):
     return [
         launch.Launch(lane_slice_kernel, (M, S), ptrs=lanes + ("x",), args=strides_and_slices,
                       constexprs=dict(BLOCK=B, CHUNK=E, PDL=pdl, STAGES=plan["stages"]), num_warps=plan["warps"]),
-        launch.Launch(lane_merge_kernel, (M,), ptrs=("out", "idx", *lanes, "buf", "ubuf", "x", "u" if mode else "md"),
+        launch.Launch(lane_merge_kernel, (M,), ptrs=("out" if mode < 2 else "md", "idx", *lanes, "buf", "ubuf", "x",
+                                                       "u" if mode == 1 else "md"),
                       args=(*strides_and_slices, "scale", k, "top_p",
                             max(cap // 2, k + 16),  # stop: half the buffer stays free for unclean lanes' logits
                             n_real),
@@ -653,8 +661,12 @@ def softmax_topk(x, k):
 
 
 def sample_torch(rows, temperature, top_k, top_p, u):
-    """The same draw with a sort of the whole row (the path for what the kernels do not keep on chip)."""
-    p, order = torch.softmax(rows.double() / temperature, -1).sort(-1, descending=True)
+    """The same draw with a sort of the whole row (the path for what the kernels do not keep on chip); -1 for a
+    row that has no softmax, as the kernels give."""
+    z = rows.double()
+    z = (z - z.amax(-1, keepdim=True)) / temperature  # differences <= 0: no temperature overflows them
+    none = z.isnan().any(-1)  # a NaN or +inf logit, or only -inf: x - max is NaN somewhere
+    p, order = torch.softmax(z.masked_fill(none[:, None], 0.0), -1).sort(-1, descending=True)
     if top_k is not None:
         p, order = p[:, :top_k] / p[:, :top_k].sum(-1, keepdim=True), order[:, :top_k]
     incl = p.cumsum(-1)
@@ -662,13 +674,15 @@ def sample_torch(rows, temperature, top_k, top_p, u):
     q = torch.where(keep, p, 0.0)
     target = u.double()[:, None] * q.sum(-1, keepdim=True)
     pos = ((q.cumsum(-1) <= target) & keep).sum(-1).clamp(max=keep.sum(-1) - 1)
-    return order.gather(-1, pos[:, None])[:, 0]
+    return torch.where(none, -1, order.gather(-1, pos[:, None])[:, 0])
 
 
 def sample(logits, *, temperature=1.0, top_k=None, top_p=None, generator=None):
     """One token per row drawn from softmax(logits / temperature), restricted to the top_k most probable
     tokens, then to the nucleus of mass top_p (Hugging Face's order); temperature 0 is argmax. The
-    uniforms come from ``generator``: the same seed gives the same ids. int64, shape logits.shape[:-1]."""
+    uniforms come from ``generator``: the same seed gives the same ids. int64, shape logits.shape[:-1].
+    A row with no softmax (a NaN or +inf logit, or only -inf) gets -1 at every temperature, greedy included:
+    no error, which would make every call wait for the GPU."""
     if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or not temperature >= 0:
         raise ValueError(f"temperature must be a number >= 0, got {temperature!r}.")
     if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, numbers.Real) or not 0 < top_p <= 1):
@@ -690,8 +704,22 @@ def _sample_call(logits, temperature, top_k, top_p):
     shape = tuple(logits.shape[:-1])
     if M == 0:
         return lambda logits, generator, temperature, top_p: torch.empty(shape, dtype=torch.int64, device=dev)
-    if temperature == 0:  # greedy
-        return lambda logits, generator, temperature, top_p: softmax_topk(logits, 1)[1].reshape(shape)
+
+    def like_a_call(**more):  # tensors like those a call passes, for _runner to compile the kernels for
+        return dict(out=torch.zeros((M,), dtype=torch.float32, device=dev),
+                    idx=torch.empty((M,), dtype=torch.int64, device=dev), **more)
+
+    if temperature == 0:  # greedy: the top 1's column (MODE 2), by the kernels softmax_topk(logits, 1) would use
+        K = candidate_lanes(1)
+        launches, work = (lane_launches if use_lanes(M, n, K) else per_program_launches)(rows, K, 1, mode=2)
+        top1 = _runner(launches, work, rows, like_a_call, **sample_scalars(1.0, 1.0))
+
+        def greedy(logits, generator, temperature, top_p):
+            ids = torch.empty((M,), dtype=torch.int64, device=dev)
+            top1(logits.reshape(M, n), idx=ids)
+            return ids.view(shape)
+
+        return greedy
     top_k = None if top_k is None else min(int(top_k), n)
     nucleus = top_p is not None and top_p < 1
 
@@ -699,12 +727,8 @@ def _sample_call(logits, temperature, top_k, top_p):
         u = torch.rand((M,), generator=generator, device=dev, dtype=torch.float32)
         return sample_torch(logits.reshape(M, n), temperature, top_k, top_p, u).reshape(shape)
 
-    def like_a_call(**more):  # tensors like those a call passes, for _runner to compile the kernels for
-        return dict(out=torch.zeros((M,), dtype=torch.float32, device=dev),
-                    idx=torch.empty((M,), dtype=torch.int64, device=dev), **more)
-
-    if top_k is None and not nucleus:  # the whole vocabulary: Gumbel-max, a top 1 of perturbed logits
-        launches, work = per_program_launches(rows, candidate_lanes(1), 1, gumbel=True)
+    if top_k is None and not nucleus:  # the whole vocabulary: Gumbel-max, a top 1 of perturbed logits (MODE 2)
+        launches, work = per_program_launches(rows, candidate_lanes(1), 1, gumbel=True, mode=2)
         gumbel = _runner(launches, work, rows, lambda: like_a_call(seed=torch.zeros(1, dtype=torch.int32, device=dev)),
                          top_p=1.0)
 
@@ -713,8 +737,7 @@ def _sample_call(logits, temperature, top_k, top_p):
                 return sorted_draw(logits, generator, temperature, top_p)
             seed = torch.randint(0, 2**31 - 1, (1,), generator=generator, device=dev, dtype=torch.int32)
             ids = torch.empty((M,), dtype=torch.int64, device=dev)
-            p_top = torch.empty((M,), dtype=torch.float32, device=dev)  # the winner's perturbed "probability": unused
-            gumbel(logits.reshape(M, n), sample_scalars(temperature, 1.0), out=p_top, idx=ids, seed=seed)
+            gumbel(logits.reshape(M, n), sample_scalars(temperature, 1.0), idx=ids, seed=seed)
             return ids.view(shape)
 
         return gumbel_max
