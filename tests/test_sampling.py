@@ -342,10 +342,10 @@ def test_the_direct_path_passes_each_calls_scalars(monkeypatch, small_lanes, lan
 
     monkeypatch.setattr(launch, "direct_path", lambda x: True)
     monkeypatch.setattr(launch, "direct_launcher", recording_launcher)
-    monkeypatch.setattr(launch, "current_device", lambda: None)  # a CPU tensor's device index
+    x = _rand(4, 2000, seed=50)
+    monkeypatch.setattr(launch, "current_device", lambda: x.device.index)  # None on a CPU: no device to enter
     if lanes:
         monkeypatch.setattr(sampling, "LANE_MIN_ELEMENTS", 0)
-    x = _rand(4, 2000, seed=50)
     seen = []
     for temperature, top_p in ((0.5, 0.9), (0.5, 0.9), (2.0, 0.3)):
         calls.clear()
