@@ -125,10 +125,10 @@ def topk_slice_kernel(
         m_new = tl.maximum(m, tl.max(x, 0))           # lesson 04's online pair, kept NaN-free
         alive = m_new > -float("inf")
         # The scale multiplies differences x - m <= 0, never a logit: x * scale could overflow float32.
-        # A NaN logit makes d NaN, even in a block whose other logits are -inf: the merge then knows the row has
-        # no softmax (x != x only for NaN).
+        # While the maximum is -inf the logits' 0 is subtracted instead, never -inf - (-inf): a -inf adds
+        # exp(-inf) = 0, and a NaN adds NaN here too, which tells the merge that the row has no softmax.
         d = (d * tl.where(alive, tl.exp((m - m_new) * scale), 1.0)
-             + tl.sum(tl.where(alive, tl.exp((x - m_new) * scale), tl.where(x != x, x, 0.0)), 0))
+             + tl.sum(tl.exp((x - tl.where(alive, m_new, 0.0)) * scale), 0))
         m = m_new
         if GUMBEL:
             u = tl.rand(tl.load(seed_ptr), row * n_cols + cols)  # one uniform per (row, column)
