@@ -102,6 +102,12 @@ def sorted_top(keys, K: tl.constexpr, B: tl.constexpr, SORT: tl.constexpr):
 
 
 @triton.jit
+def max_nan(a, b):
+    # The larger of a and b, or NaN if either is: a GPU's tl.max skips a NaN (the interpreter's keeps it).
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
 def topk_slice_kernel(
     md_ptr, keys_ptr, in_ptr, seed_ptr,
     in_row_stride, in_col_stride,
@@ -122,13 +128,12 @@ def topk_slice_kernel(
         cols = start + off + lanes
         x = tl.load(in_ptr + row * in_row_stride + cols * in_col_stride, mask=cols < n_cols,
                     other=-float("inf")).to(tl.float32)
-        m_new = tl.maximum(m, tl.max(x, 0))           # lesson 04's online pair, kept NaN-free
+        # Lesson 04's online pair. A NaN logit makes m NaN for good (alive is then false): the merge sees it.
+        m_new = max_nan(m, tl.reduce(x, 0, max_nan))
         alive = m_new > -float("inf")
         # The scale multiplies differences x - m <= 0, never a logit: x * scale could overflow float32.
-        # While the maximum is -inf the logits' 0 is subtracted instead, never -inf - (-inf): a -inf adds
-        # exp(-inf) = 0, and a NaN adds NaN here too, which tells the merge that the row has no softmax.
         d = (d * tl.where(alive, tl.exp((m - m_new) * scale), 1.0)
-             + tl.sum(tl.exp((x - tl.where(alive, m_new, 0.0)) * scale), 0))
+             + tl.sum(tl.where(alive, tl.exp((x - m_new) * scale), 0.0), 0))
         m = m_new
         if GUMBEL:
             u = tl.rand(tl.load(seed_ptr), row * n_cols + cols)  # one uniform per (row, column)
@@ -154,7 +159,7 @@ def topk_merge_kernel(
     s = tl.arange(0, SLICES)
     m_s = tl.load(md_ptr + 2 * (row * n_slices + s), mask=s < n_slices, other=-float("inf"))
     d_s = tl.load(md_ptr + 2 * (row * n_slices + s) + 1, mask=s < n_slices, other=0.0)
-    m = tl.max(m_s, 0)
+    m = tl.reduce(m_s, 0, max_nan)  # NaN if a slice saw a NaN: then d is NaN too, or 0
     d = tl.sum(tl.where(d_s == 0.0, 0.0, d_s * tl.exp((m_s - m) * scale)), 0)
     j = tl.arange(0, SLICES * K)
     keys = sorted_top(tl.load(keys_ptr + row * n_slices * K + j, mask=j < n_slices * K, other=-2**63), K, SLICES * K, SORT)
