@@ -732,20 +732,22 @@ def _sample_call(logits, temperature, top_k, top_p):
         u = torch.rand((M,), generator=generator, device=dev, dtype=torch.float32)
         return sample_torch(logits.reshape(M, n), temperature, top_k, top_p, u).reshape(shape)
 
+    def in_range(draw):  # a temperature whose 1 / temperature is out of the kernels' range takes the sort
+        return lambda logits, generator, temperature, top_p: (
+            draw if MIN_TEMPERATURE <= temperature <= MAX_TEMPERATURE else sorted_draw)(logits, generator, temperature, top_p)
+
     if top_k is None and not nucleus:  # the whole vocabulary: Gumbel-max, a top 1 of perturbed logits (MODE 2)
         launches, work = per_program_launches(rows, candidate_lanes(1), 1, gumbel=True, mode=2)
         gumbel = _runner(launches, work, rows, lambda: like_a_call(seed=torch.zeros(1, dtype=torch.int32, device=dev)),
                          top_p=1.0)
 
         def gumbel_max(logits, generator, temperature, top_p):
-            if not MIN_TEMPERATURE <= temperature <= MAX_TEMPERATURE:  # 1 / temperature out of the kernels' range
-                return sorted_draw(logits, generator, temperature, top_p)
             seed = torch.randint(0, 2**31 - 1, (1,), generator=generator, device=dev, dtype=torch.int32)
             ids = torch.empty((M,), dtype=torch.int64, device=dev)
             gumbel(logits.reshape(M, n), sample_scalars(temperature, 1.0), idx=ids, seed=seed)
             return ids.view(shape)
 
-        return gumbel_max
+        return in_range(gumbel_max)
     k = top_k if top_k is not None else min(TOP_P_BOUND, n)
     if k > MAX_K:
         return sorted_draw
@@ -757,8 +759,6 @@ def _sample_call(logits, temperature, top_k, top_p):
     last = [((None, None), None)]  # ((the last temperature, top_p), their scalars)
 
     def call(logits, generator, temperature, top_p):
-        if not MIN_TEMPERATURE <= temperature <= MAX_TEMPERATURE:
-            return sorted_draw(logits, generator, temperature, top_p)
         settings = last[0]  # one read, as in _runner
         if settings[0] != (temperature, top_p):
             settings = last[0] = (temperature, top_p), sample_scalars(temperature, top_p)
@@ -773,4 +773,4 @@ def _sample_call(logits, temperature, top_k, top_p):
                 ids[short] = sample_torch(rows[short], temperature, None, top_p, u[short])
         return ids.view(shape)
 
-    return call
+    return in_range(call)
