@@ -321,7 +321,7 @@ def _runner(launches, work, rows, examples, **fixed):
         for name, t in tensors.items():
             ptr[name] = t.data_ptr()
         b = bound[0]  # one read: another thread may replace it meanwhile, never change it
-        if scalars is not b[0]:  # new values (a caller that keeps them passes the same dict again)
+        if scalars != b[0]:  # new values: bind them (a loop that keeps its temperature binds once)
             b = bound[0] = scalars, [None if L is None else bind(L, scalars) for _, _, L in fns]
         for (fn, ptrs, _), args in zip(fns, b[1]):
             fn(*(ptr[p] for p in ptrs), args=args)
@@ -756,17 +756,13 @@ def _sample_call(logits, temperature, top_k, top_p):
     launches, work = design(rows, K, k, mode=1, renorm=top_k is not None)
     run = _runner(launches, work, rows, lambda: like_a_call(u=torch.zeros((M,), dtype=torch.float32, device=dev)))
     nucleus_may_escape = top_k is None and k < n  # the nucleus must lie inside the candidates; else sort that row
-    last = [((None, None), None)]  # ((the last temperature, top_p), their scalars)
 
     def call(logits, generator, temperature, top_p):
-        settings = last[0]  # one read, as in _runner
-        if settings[0] != (temperature, top_p):
-            settings = last[0] = (temperature, top_p), sample_scalars(temperature, top_p)
         u = torch.rand((M,), generator=generator, device=dev, dtype=torch.float32)
         ids = torch.empty((M,), dtype=torch.int64, device=dev)
         mass = torch.empty((M,), dtype=torch.float32, device=dev)  # the candidates' mass: the nucleus if >= top_p
         rows = logits.reshape(M, n)
-        run(rows, settings[1], out=mass, idx=ids, u=u)
+        run(rows, sample_scalars(temperature, top_p), out=mass, idx=ids, u=u)
         if nucleus_may_escape:
             short = (mass < top_p).nonzero()[:, 0]
             if short.numel():
