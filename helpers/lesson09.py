@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import data, launch
+from . import data, launch, plots
 from .exercises import Wrong, call_attempt, check, fmt, guarded, is_untouched, run_learner_kernel, require_kernel
 from .kernels import sampling
 from .kernels.sampling import sample, softmax_topk, topk_keys
@@ -419,3 +419,124 @@ def bench_frame(shapes, dtypes=("float32",), names=("copy", "course_softmax_topk
 
     return data.frame(sampling_rows(shapes, dtypes, names, quick=True), provenance("lesson 09, live"))
 
+
+
+# ---- Figures ----
+GPU_COLORS = {"H100": "#1f77b4", "H200": "#d62728"}
+
+
+def plot_fixed_cost(recordings: dict, above_us: float):
+    """softmax_topk's GPU time against one read of the same logits (half the copy's time), one point per shape of
+    each recording (``{"H100": frame, ...}``, frames of ``tools/sampling_bench.py``), log-log; hollow: the faster of
+    PyTorch's softmax + top-k, eager or compiled. Lines: one read (the floor), 0.85 of it (the target), and one
+    read plus ``above_us`` microseconds."""
+    if not recordings:
+        raise ValueError("plot_fixed_cost needs at least one recording, e.g. {'H100': data.load('sampling', gpu='h100')}.")
+    fig, ax = plots.new_figure(7.2, 4.6)
+    reads = []
+    for gpu, bench in recordings.items():
+        us = bench.pivot_table(index=["dtype", "M", "N"], columns="provider", values="graph_us")
+        missing = {"copy", "course_softmax_topk"} - set(us.columns)
+        if missing:
+            raise ValueError(f"the {gpu} recording has no {sorted(missing)} rows: pass frames of tools/sampling_bench.py.")
+        read = us["copy"] / 2
+        reads.append(read)
+        color = GPU_COLORS.get(gpu, "#7f7f7f")
+        ax.scatter(read, us.course_softmax_topk, s=22, color=color, zorder=3, label=f"softmax_topk(x, 50), {gpu}")
+        peers = [c for c in ("torch_softmax_topk", "compile_softmax_topk") if c in us]
+        if peers:  # the faster of the two at each shape
+            ax.scatter(read, us[peers].min(axis=1), s=22, facecolors="none", edgecolors=color, alpha=0.7, zorder=3,
+                       label=f"PyTorch's softmax + top-k, {gpu}")
+    reads = pd.concat(reads)
+    lo, hi = reads.min() / 1.5, reads.max() * 1.5
+    line = [lo, hi]
+    ax.plot(line, line, color=plots.color("copy"), lw=1.4, label="one read (the floor)")
+    ax.plot(line, [v / 0.85 for v in line], color=plots.color("copy"), lw=1.2, ls=":", label="0.85 of one read (the target)")
+    grid = [lo * (hi / lo) ** (i / 60) for i in range(61)]
+    ax.plot(grid, [v + above_us for v in grid], color="#2ca02c", lw=1.4, ls="--",
+            label=f"one read + {above_us:.1f} µs")
+    ax.set(xscale="log", yscale="log", xlim=(lo, hi), xlabel="one read of the logits, µs (half the copy's GPU time)",
+           ylabel="GPU time, µs")
+    ax.legend(loc="upper left", fontsize=7.5, frameon=False)
+    ax.set_title("softmax + top-50 at 1 to 256 rows of 32000 to 256000 logits, float32 and bfloat16", fontsize=9.5)
+    return fig
+
+
+def lane_example(x=None, k: int = 3):
+    """What the lane kernels keep of one slice and what the merge reads again, for x of shape (steps, lanes, chunk)
+    (default: 3 steps of 4 lanes reading chunks of 4, 16 bytes of float32, chosen so that every case occurs): a dict
+    with x, each lane's maximum m, the step c of the chunk that holds it, v (the largest logit outside that chunk),
+    T (the k-th largest m), the kept and unclean lanes, the candidates (every logit >= T of a kept lane's maximum
+    chunk or of an unclean lane) and the top k of all logits, both as sets of (step, lane, position)."""
+    if x is None:
+        g = torch.Generator().manual_seed(9)
+        x = (torch.randn(3, 4, 4, generator=g) * 1.5).clamp(max=4.0).mul(10).round().div(10)
+        x[1, 0, 2], x[2, 0, 0] = 9.1, 7.5   # lane 0: its maximum, and a logit >= T in another chunk (unclean)
+        x[0, 1, 1], x[0, 1, 3] = 8.0, 7.3   # lane 1: two logits >= T in the maximum's chunk (both read again)
+        x[2, 2, 3] = 7.2                    # lane 2: the k-th largest maximum, T
+        x[0, 3, 0] = 5.0                    # lane 3: a maximum below T (never read again)
+    elif not (isinstance(x, torch.Tensor) and x.dim() == 3 and x.is_floating_point() and x.shape[0] >= 2):
+        raise ValueError("x must be a float tensor of shape (steps, lanes, chunk) with at least 2 steps, e.g. "
+                         "lane_example()['x'] with a value changed.")
+    x = x.detach().float().cpu().clone()  # never the caller's tensor
+    steps, lanes, chunk = x.shape
+    if not 1 <= k <= lanes:
+        raise ValueError(f"k must be between 1 and the number of lanes, {lanes}, got {k}.")
+    chunk_max = x.amax(-1)                          # (steps, lanes)
+    top2 = chunk_max.topk(2, dim=0)
+    m, c, v = top2.values[0], top2.indices[0], top2.values[1]
+    T = m.topk(k).values[-1]
+    kept, unclean = m >= T, v >= T
+    where = [(b, j, e) for b in range(steps) for j in range(lanes) for e in range(chunk)]
+    candidates = {w for w in where if x[w] >= T and ((kept[w[1]] and c[w[1]] == w[0]) or unclean[w[1]])}
+    order = sorted(where, key=lambda w: -float(x[w]))
+    return {"x": x, "m": m, "c": c, "v": v, "T": float(T), "k": k, "kept": kept, "unclean": unclean,
+            "candidates": candidates, "top": set(order[:k])}
+
+
+def plot_lanes(example=None):
+    """lane_example as the kernel sees it: a row of cells per step, each lane's chunk in its color, the chunk that
+    holds its maximum outlined; bold: the candidates the merge reads again; red: the top k among them."""
+    ex = example or lane_example()
+    x, steps, lanes, chunk = ex["x"], *ex["x"].shape
+    tints = ["#dbe9f6", "#fde3c8", "#d9f0d3", "#e8dff2"]
+    fig, ax = plots.new_figure(9.0, 3.0)
+    for b in range(steps):
+        for j in range(lanes):
+            for e in range(chunk):
+                col = j * chunk + e
+                ax.add_patch(plots.plt.Rectangle((col, -b - 1), 1, 1, facecolor=tints[j % 4], edgecolor="white", lw=1.5))
+                w = (b, j, e)
+                ax.text(col + 0.5, -b - 0.5, f"{float(x[w]):.1f}", ha="center", va="center", fontsize=8.5,
+                        fontweight="bold" if w in ex["candidates"] else "normal",
+                        color="#d62728" if w in ex["top"] else ("#000000" if w in ex["candidates"] else "#666666"))
+        ax.text(-0.2, -b - 0.5, f"step {b}: columns {b * lanes * chunk}-{(b + 1) * lanes * chunk - 1}",
+                ha="right", va="center", fontsize=8.5)
+    for j in range(lanes):
+        b = int(ex["c"][j])
+        ax.add_patch(plots.plt.Rectangle((j * chunk + 0.04, -b - 0.96), chunk - 0.08, 0.92, fill=False, edgecolor="#000000", lw=2))
+        ax.text(j * chunk + chunk / 2, 0.35, f"lane {j}", ha="center", fontsize=9)
+        m, v = float(ex["m"][j]), float(ex["v"][j])
+        verdict = ("unclean: read again whole" if ex["unclean"][j] else "kept: its chunk read again"
+                   if ex["kept"][j] else "below T: not read again")
+        ax.text(j * chunk + chunk / 2, -steps - 0.35, f"m = {m:.1f}, v = {v:.1f}\n{verdict}", ha="center", va="top",
+                fontsize=8.5)
+    ax.set(xlim=(-4.8, lanes * chunk + 0.1), ylim=(-steps - 1.3, 0.8))
+    ax.set_aspect("equal")
+    ax.axis("off")
+    ax.set_title(f"{lanes} lanes, each reading a chunk of {chunk} logits a step; outlined: the chunk that "
+                 f"holds a lane's maximum m.\nk = {ex['k']}, so T = {ex['T']:.1f} (the k-th largest m). Bold: every logit "
+                 f">= T the merge reads again; red: the top {ex['k']}.", fontsize=9)
+    return fig
+
+
+def _fixed_cost_figure():
+    """09_fixed_cost from the two recordings, the dashed line at the lesson's median (its cell derives the same)."""
+    recordings = {"H100": data.load("sampling", gpu="h100"), "H200": data.load("sampling", gpu="h200")}
+    us = pd.concat([b.assign(gpu=g) for g, b in recordings.items()]).query("M >= 64").pivot_table(
+        index=["dtype", "M", "N"], columns=["provider", "gpu"], values="graph_us")
+    return plot_fixed_cost(recordings, (us["course_softmax_topk"] - us["copy"] / 2).stack().median())
+
+
+#: Figures of this lesson, by the name ``helpers.plots.save`` writes them under (from the recordings).
+FIGURES = {"09_lanes": plot_lanes, "09_fixed_cost": _fixed_cost_figure}

@@ -563,3 +563,58 @@ def test_host_derivations_are_in_sight():
     assert '"course_softmax_topk_jit"' in table and "few = host.index.get_level_values(\"M\") <= 8" in table
     numbers = code_cell_with("09", 'host[call + "_jit"] / host[call]')
     assert "(host[peer] > h).sum()" in numbers and "fi_h200.pivot_table(" in numbers and "data.noisy(eager_spread" in numbers
+
+
+FIXED = "The course's points follow the dashed line at every size"
+
+
+def test_the_fixed_cost_picture():
+    """One read plus a fixed cost: the median above one read (both GPUs, 64 and 256 rows), the read 0.85 then needs,
+    and the cells that read that long, which are the cells at 0.85."""
+    noisy_shape, f, s, a, peer = _gpus()
+    fixed_us = a.stack().median()
+    needs = fixed_us * 0.85 / 0.15
+    both = [_bench().assign(gpu="H100"), data.load("sampling", gpu="h200").assign(gpu="H200")]
+    import pandas as pd
+
+    us = pd.concat(both).query("M >= 64").pivot_table(index=["dtype", "M", "N"], columns=["provider", "gpu"], values="graph_us")
+    reads = (us["copy"][~noisy_shape] / 2).stack()
+    text = cell_with("09", FIXED)
+    quotes(text, f"one read plus a roughly fixed {fixed_us:.1f} µs", "{}")
+    quotes(text, f"only {(reads >= needs).sum()} of the {len(reads)} cells reads for {needs:.0f} µs or more", "{}")
+    long_reads = reads[reads >= needs].index.tolist()
+    assert long_reads == [("float32", 256, 256000, "H100")] and "float32 256 × 256000 on the H100" in text
+    at_target = f.stack()[f.stack() >= 0.85].index.tolist()
+    assert at_target == long_reads and "it is the one cell at 0.85" in text
+    # "follow the dashed line at every size": one and eight rows spend about as much above their read
+    few = pd.concat(both).query("M <= 8").pivot_table(index=["dtype", "M", "N"], columns=["provider", "gpu"], values="graph_us")
+    few_above = (few["course_softmax_topk"] - few["copy"] / 2).stack()
+    # "roughly fixed": within a third of the median at every size, while the read itself grows more than 50-fold
+    assert (few_above - fixed_us).abs().max() < fixed_us / 3 and (a.stack() - fixed_us).abs().max() < fixed_us / 3
+    assert reads.max() > 50 * reads.min()
+
+
+def test_the_fixed_cost_derivation_is_in_sight():
+    cell = code_cell_with("09", "fixed_us = a.stack().median()")
+    assert "needs = fixed_us * 0.85 / 0.15" in cell and "(reads >= needs).sum()" in cell
+    assert 'lesson09.plot_fixed_cost({"H100": bench, "H200": h200}, fixed_us)' in cell
+
+
+def test_the_lane_picture_caption():
+    """The caption of the lane figure reads lesson09.lane_example, the cell that draws it."""
+    from helpers import lesson09
+
+    ex = lesson09.lane_example(k=3)
+    x, m, v = ex["x"], ex["m"], ex["v"]
+    text = cell_with("09", "Lane 0's maximum, 9.1")
+    quotes(text, f"Lane 0's maximum, {m[0]:.1f}, is in its chunk of step {int(ex['c'][0])}", "{}")
+    assert ex["unclean"].tolist() == [True, False, False, False] and f"($v_0 = {v[0]:.1f} \\ge T$)" in text
+    assert f"return {ex['T']:.1f} as the third largest" in text and abs(ex["T"] - m[2]) < 1e-6
+    lane1 = sorted((float(x[w]) for w in ex["candidates"] if w[1] == 1), reverse=True)
+    quotes(text, "two logits $\\ge T$, " + " and ".join(f"{u:.1f}" for u in lane1), "{}")
+    quotes(text, f"Lane 3's maximum, {m[3]:.1f}, is below $T$", "{}")
+    assert not ex["kept"][3]
+    quotes(text, f"among the {len(ex['candidates'])} candidates", "{}")
+    assert ex["top"] <= ex["candidates"]
+    cell = code_cell_with("09", "ex = lesson09.lane_example(k=3)")
+    assert "plots.show(lesson09.plot_lanes(ex))" in cell

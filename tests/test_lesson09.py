@@ -378,3 +378,102 @@ def test_merge_stages_cuts_the_library_kernel_and_its_uncut_copy_agrees(capsys):
     assert out.count(": ran") == len(stages.STEPS) and "uncut copy gives the library's answer: True" in out
     if not helpers.ON_GPU:
         assert stages.main([]) == 2
+
+
+# --------------------------------------------------------------------------------------------
+# Figures
+# --------------------------------------------------------------------------------------------
+
+
+def test_figures_are_named_for_the_lesson_and_draw():
+    import matplotlib.pyplot as plt
+
+    assert lesson09.FIGURES and all(name.startswith("09_") for name in lesson09.FIGURES)
+    for make in lesson09.FIGURES.values():
+        plt.close(make())
+    fig = lesson09.FIGURES["09_fixed_cost"]()
+    try:
+        ax = fig.axes[0]
+        assert ax.get_xlabel() and ax.get_ylabel() and ax.get_xscale() == "log" and ax.get_yscale() == "log"
+        labels = ax.get_legend_handles_labels()[1]
+        assert {"softmax_topk(x, 50), H100", "softmax_topk(x, 50), H200", "one read (the floor)",
+                "0.85 of one read (the target)"} <= set(labels)
+    finally:
+        plt.close(fig)
+
+
+def test_the_fixed_cost_figure_draws_what_it_is_given_and_leaves_it_alone():
+    import matplotlib.pyplot as plt
+    from helpers import data
+
+    bench = data.load("sampling", gpu="h100")
+    before = bench.copy()
+    fig = lesson09.plot_fixed_cost({"H100": bench}, 12.5)
+    try:
+        ax = fig.axes[0]
+        filled, hollow = ax.collections[:2]
+        us = bench.pivot_table(index=["dtype", "M", "N"], columns="provider", values="graph_us")
+        assert sorted(map(tuple, filled.get_offsets().tolist())) == sorted(zip(us["copy"] / 2, us.course_softmax_topk))
+        assert len(hollow.get_offsets()) == len(us)
+        dashed = [line for line in ax.lines if line.get_label() == "one read + 12.5 µs"][0]
+        x, y = dashed.get_data()
+        assert all(abs(b - a - 12.5) < 1e-9 for a, b in zip(x, y))
+    finally:
+        plt.close(fig)
+    assert bench.equals(before)
+
+
+def test_the_fixed_cost_figure_rejects_what_it_cannot_draw():
+    from helpers import data
+
+    with pytest.raises(ValueError, match="at least one recording"):
+        lesson09.plot_fixed_cost({}, 10.0)
+    no_copy = data.load("sampling", gpu="h100").query("provider != 'copy'")
+    with pytest.raises(ValueError, match=r"no \['copy'\] rows"):
+        lesson09.plot_fixed_cost({"H100": no_copy}, 10.0)
+
+
+def test_the_lane_argument_holds_on_random_slices_ties_included():
+    """Every logit of the top k is a candidate: in a kept lane's maximum chunk or in an unclean lane."""
+    g = torch.Generator().manual_seed(5)
+    for trial in range(200):
+        steps, lanes, chunk = 2 + trial % 4, 2 + trial % 7, 1 + trial % 4
+        x = torch.randn(steps, lanes, chunk, generator=g)
+        if trial % 3 == 0:
+            x = x.mul(2).round()  # many ties
+        k = 1 + trial % lanes
+        ex = lesson09.lane_example(x, k=k)
+        top = x.flatten().topk(k).values
+        cand = torch.tensor(sorted((float(x[w]) for w in ex["candidates"]), reverse=True))
+        assert len(cand) >= k and torch.equal(cand[:k], top), (trial, x, k)
+        assert all(float(x[w]) >= ex["T"] for w in ex["candidates"])
+
+
+def test_the_lane_example_shows_every_case_and_leaves_its_input_alone():
+    ex = lesson09.lane_example()
+    assert ex["unclean"].sum() == 1 and (~ex["kept"]).sum() == 1 and ex["top"] <= ex["candidates"]
+    x = ex["x"].clone()
+    x[0, 3, 0] = 9.5  # lane 3's maximum now the largest
+    before = x.clone()
+    other = lesson09.lane_example(x)
+    assert torch.equal(x, before) and other["kept"][3] and not other["kept"][2] and abs(other["T"] - 8.0) < 1e-6
+    with pytest.raises(ValueError, match="shape"):
+        lesson09.lane_example(torch.zeros(4, 4))
+    with pytest.raises(ValueError, match="k must be"):
+        lesson09.lane_example(k=5)
+
+
+def test_the_lane_figure_draws_every_cell_and_outlines_each_maximum():
+    import matplotlib.pyplot as plt
+
+    ex = lesson09.lane_example()
+    fig = lesson09.plot_lanes(ex)
+    try:
+        patches = fig.axes[0].patches
+        steps, lanes, chunk = ex["x"].shape
+        assert len(patches) == steps * lanes * chunk + lanes
+        assert sum(not p.get_fill() for p in patches) == lanes
+        bold = [t for t in fig.axes[0].texts if t.get_fontweight() == "bold"]
+        assert len(bold) == len(ex["candidates"])
+    finally:
+        plt.close(fig)

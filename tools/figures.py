@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from helpers.plots import save  # noqa: E402
 
-MODULES = [*(f"helpers.lesson0{n}" for n in range(1, 9)), "bench_plots"]
+MODULES = [*(f"helpers.lesson0{n}" for n in range(1, 10)), "bench_plots"]
 
 
 def all_figures() -> dict:
