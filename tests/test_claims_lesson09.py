@@ -618,3 +618,8 @@ def test_the_lane_picture_caption():
     assert ex["top"] <= ex["candidates"]
     cell = code_cell_with("09", "ex = lesson09.lane_example(k=3)")
     assert "plots.show(lesson09.plot_lanes(ex))" in cell
+
+
+def test_the_key_point_on_the_fixed_cost():
+    noisy_shape, f, s, a, peer = _gpus()
+    quotes(cell_with("09", "## Key points"), f"one read plus about {a.stack().median():.0f} µs at every size", "{}")
