@@ -455,3 +455,37 @@ def test_num_warps_for_grows_with_the_block():
     assert helpers.num_warps_for(8192) == 16
     warps = [helpers.num_warps_for(2**k) for k in range(0, 17)]
     assert warps == sorted(warps) and set(warps) <= {1, 2, 4, 8, 16, 32}
+
+
+def test_persistent_plan_drops_its_staging_when_a_row_does_not_fit_in_shared_memory(monkeypatch):
+    """float32 rows of 65536 columns with 2 stages ask for 256 KiB of shared memory, more than an H100 or H200
+    gives a program: the plan then loads each row when it is reached (NUM_STAGES = 1) rather than raising
+    Triton's OutOfResources; with 1 stage asked for, the error stands. The compile is stood in for (CPU)."""
+    from triton.runtime.errors import OutOfResources
+
+    import helpers.kernels.persistent as P
+    from helpers.launch import Rows
+
+    compiled = []
+
+    class Kernel:
+        def warmup(self, *args, **kwargs):
+            compiled.append(kwargs["NUM_STAGES"])
+            return kwargs["NUM_STAGES"]
+
+    def occupancy(stages, num_warps):
+        if stages > 1:
+            raise OutOfResources(262208, 232448, "shared memory")
+        return {"programs": 7}
+
+    monkeypatch.setattr(P, "ON_GPU", True)
+    monkeypatch.setattr(P, "softmax_persistent_kernel", Kernel())
+    monkeypatch.setattr(P, "compiled_occupancy", occupancy)
+    x = torch.zeros(20, MAX_FUSED_COLS)
+    plan = P.persistent_plan(Rows.of(x))
+    (launch,) = plan.launches
+    assert compiled == [2, 1] and launch.constexprs["NUM_STAGES"] == 1 and launch.grid == (7,)
+    monkeypatch.setattr(P, "compiled_occupancy", lambda stages, num_warps: (_ for _ in ()).throw(
+        OutOfResources(262208, 232448, "shared memory")))
+    with pytest.raises(OutOfResources):
+        P.persistent_plan(Rows.of(x), num_stages=1)

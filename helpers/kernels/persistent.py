@@ -3,6 +3,7 @@
 
 import triton
 import triton.language as tl
+from triton.runtime.errors import OutOfResources
 
 from helpers.device import compiled_occupancy, sm_count
 from helpers.launch import (INTERPRETER_PROGRAMS, Launch, Plan, RowSoftmax, acc_dtype, check_fused_len,
@@ -50,9 +51,18 @@ def persistent_plan(rows, num_programs=None, num_warps=None, num_stages=2):
     )
     info = {}
     if ON_GPU:  # compile once (pointers given as dtypes) and size the grid from what the GPU keeps resident
-        compiled = softmax_persistent_kernel.warmup(rows.dtype, rows.dtype, *launch.args, grid=(1,),
-                                                    **launch.constexprs, **launch.options())
-        info = compiled_occupancy(compiled, launch.num_warps)
+        def occupancy_of(launch):
+            compiled = softmax_persistent_kernel.warmup(rows.dtype, rows.dtype, *launch.args, grid=(1,),
+                                                        **launch.constexprs, **launch.options())
+            return compiled_occupancy(compiled, launch.num_warps)  # (loading it checks its shared memory)
+
+        try:
+            info = occupancy_of(launch)
+        except OutOfResources:  # a row staged for the next loads does not fit in shared memory (float32 rows
+            if num_stages == 1:  # of more than 32768 columns with 2 stages): load each row when it is reached
+                raise
+            launch.constexprs["NUM_STAGES"] = 1
+            info = occupancy_of(launch)
     if num_programs is None:
         num_programs = info["programs"] if ON_GPU else INTERPRETER_PROGRAMS
     launch.grid = (max(1, min(num_programs, rows.n_rows)),)
