@@ -485,7 +485,9 @@ def test_persistent_plan_drops_its_staging_when_a_row_does_not_fit_in_shared_mem
     plan = P.persistent_plan(Rows.of(x))
     (launch,) = plan.launches
     assert compiled == [2, 1] and launch.constexprs["NUM_STAGES"] == 1 and launch.grid == (7,)
-    monkeypatch.setattr(P, "compiled_occupancy", lambda stages, num_warps: (_ for _ in ()).throw(
-        OutOfResources(262208, 232448, "shared memory")))
+    def no_room(stages, num_warps):
+        raise OutOfResources(262208, 232448, "shared memory")
+
+    monkeypatch.setattr(P, "compiled_occupancy", no_room)
     with pytest.raises(OutOfResources):
         P.persistent_plan(Rows.of(x), num_stages=1)
