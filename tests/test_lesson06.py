@@ -235,6 +235,23 @@ def test_coop_safety_net():
     assert helpers.error_report(y, x).ok(atol=1e-6)
 
 
+def test_run_coop_kernel_launches_the_kernel_it_is_given():
+    """The lesson's "try on your own" passes an edited copy of the kernel: that copy is what runs."""
+    calls = []
+
+    class StandIn:  # a kernel that records its launch and computes nothing
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: calls.append((grid, args, kwargs))
+
+    x = torch.randn(2, 100, device=helpers.DEVICE)
+    y, published, gave_up = lesson06.run_coop_kernel(x, slice_cols=64, rows_per_round=2, max_spin=1, kernel=StandIn())
+    assert len(calls) == 1
+    grid, args, kwargs = calls[0]
+    assert grid == (4,) and args[0] is y and args[1] is x
+    assert kwargs["SLICE"] == 64 and kwargs["MAX_SPIN"] == 1
+    assert published.tolist() == [0, 0] and gave_up == 0 and bool(y.isnan().all())  # nothing else ran
+
+
 # --------------------------------------------------------------------------------------------
 # The all-or-nothing L2 model (exercise 6.3's answer), live measurements, figures
 # --------------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """The cooperative split kernel never returns a silently wrong result: a program that gives up
 waiting for its row's other slices (MAX_SPIN polls) reads the whole row and computes the row's
 statistics itself, and counts the event in the workspace's last word. Forced here with a tiny spin limit: under the interpreter
-programs run one after another, so every program but the last of each row gives up."""
+programs run one after another, so every program but the last of each row gives up; on a GPU some programs give up, and
+the whole program must take the safety net together (lesson 06's vote, ``program_any``)."""
 
 import pytest
 import torch
@@ -33,8 +34,11 @@ def test_a_timed_out_wait_still_gives_the_right_answer(dtype):
     x[2, :100] = float("-inf")    # a row whose first slices are all -inf
     x[3, 7] = 1e4                 # a huge spread
     x = x.to(DEVICE)
-    out, words, timeouts = _launch(x, slice_cols=64, rows_per_round=2, max_spin=1)
-    helpers.assert_matches_reference(out, x)
+    # On a GPU which programs give up, and which of their warps, changes from launch to launch: without
+    # the program-wide vote on the verdict, 14 to 20 of 20 such launches (1, 2 or 5 rows a round) were wrong on an H200.
+    for _ in range(20 if helpers.ON_GPU else 1):
+        out, words, timeouts = _launch(x, slice_cols=64, rows_per_round=2, max_spin=1)
+        helpers.assert_matches_reference(out, x)
     if helpers.INTERPRETER:  # every program but the last of each row and round gave up
         assert timeouts == 5 * 5 - 5
     assert bool((words != 0).all())  # every slice still published its pair, never a 0 word

@@ -130,6 +130,24 @@ def wait_for_row(row_words_ptr, k, n_live, empty, MAX_SPIN: tl.constexpr):
     return w, spins
 
 
+# True while Triton interprets the kernels: a program is then one thread.
+INTERPRETED = tl.constexpr(not ON_GPU)
+
+
+@triton.jit
+def program_any(p):
+    # A vote: True in every thread of the program if p is True in any of them (CUDA's __syncthreads_or).
+    # Every thread of the program must reach it. Triton has no such function; on a GPU it is one PTX
+    # instruction, a barrier that ORs a predicate (bar.red.or.pred). The interpreter runs a program as
+    # one thread, so there p is already the whole program's.
+    if INTERPRETED:
+        return p
+    else:
+        return tl.inline_asm_elementwise(
+            "{ .reg .pred a, b; setp.ne.u32 a, $1, 0; bar.red.or.pred b, 0, a; selp.u32 $0, 1, 0, b; }",
+            "=r,r", [p.to(tl.int32)], dtype=tl.int32, is_pure=False, pack=1) != 0
+
+
 @triton.jit
 def softmax_split_coop_kernel(
     out_ptr, in_ptr, ws_ptr,
@@ -173,7 +191,9 @@ def softmax_split_coop_kernel(
         # Phase 2: wait until the row's other pairs are in (a slot past the row's slices reads (-inf, 0)).
         w, spins = wait_for_row(words_ptr + row * n_slices, k, tl.where(valid, n_slices, 0), 0xFF800000, MAX_SPIN)
         # Phase 3: the row's (M, D), from the published pairs or, if the wait gave up, from the row.
-        if spins >= MAX_SPIN:
+        # The whole program takes the same branch: each warp polled its own copy of the row's slots, so
+        # one warp may have given up where another saw every pair. Put it to a vote.
+        if program_any(spins >= MAX_SPIN):
             # A safety net a correct launch never uses: count it, then read the whole row again and
             # merge it here, so the answer is slower but never wrong. It reads in small blocks: this
             # loop's registers are reserved in every launch, used or not, and registers are programs.
