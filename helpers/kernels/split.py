@@ -122,6 +122,8 @@ def wait_for_row(row_words_ptr, k, n_live, empty, MAX_SPIN: tl.constexpr):
     # Poll the first n_live of a row's slots (one 64-bit word per slice, the workspace starts zeroed,
     # a published word is never 0) until none is 0, or MAX_SPIN polls have passed. Returns (the words,
     # polls made): MAX_SPIN polls means the wait gave up. Slots at k >= n_live read as `empty`.
+    # Each warp polls its own copy of the slots, so the polls made can differ between the warps of one
+    # program: a branch on them that holds a reduction needs program_any (below).
     w = tl.load(row_words_ptr + k, mask=k < n_live, other=empty, volatile=True)
     spins = 0
     while (tl.min(tl.where(w == 0, 0, 1), axis=0) == 0) & (spins < MAX_SPIN):
