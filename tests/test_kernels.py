@@ -485,6 +485,7 @@ def test_persistent_plan_drops_its_staging_when_a_row_does_not_fit_in_shared_mem
     plan = P.persistent_plan(Rows.of(x))
     (launch,) = plan.launches
     assert compiled == [2, 1] and launch.constexprs["NUM_STAGES"] == 1 and launch.grid == (7,)
+
     def no_room(stages, num_warps):
         raise OutOfResources(262208, 232448, "shared memory")
 

@@ -389,17 +389,16 @@ def test_figures_are_named_for_the_lesson_and_draw():
     import matplotlib.pyplot as plt
 
     assert lesson09.FIGURES and all(name.startswith("09_") for name in lesson09.FIGURES)
-    for make in lesson09.FIGURES.values():
-        plt.close(make())
-    fig = lesson09.FIGURES["09_fixed_cost"]()
+    figs = {name: make() for name, make in lesson09.FIGURES.items()}
     try:
-        ax = fig.axes[0]
+        ax = figs["09_fixed_cost"].axes[0]
         assert ax.get_xlabel() and ax.get_ylabel() and ax.get_xscale() == "log" and ax.get_yscale() == "log"
         labels = ax.get_legend_handles_labels()[1]
         assert {"softmax_topk(x, 50), H100", "softmax_topk(x, 50), H200", "one read (the floor)",
                 "0.85 of one read (the target)"} <= set(labels)
     finally:
-        plt.close(fig)
+        for fig in figs.values():
+            plt.close(fig)
 
 
 def test_the_fixed_cost_figure_draws_what_it_is_given_and_leaves_it_alone():
