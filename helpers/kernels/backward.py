@@ -105,9 +105,10 @@ def softmax_backward_coop_kernel(
         # lesson 06's wait (a slot past the row's slices reads as a dot of 0)
         w, spins = wait_for_row(words_ptr + row * n_slices, k, tl.where(valid, n_slices, 0), 0x100000000, MAX_SPIN)
         parts = (w & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
-        # A safety net a correct launch never uses: a program that gave up waiting makes its slice of the
-        # row NaN, loud rather than silently wrong. (Lesson 06 re-reads the row instead; here that loop, or
-        # even a branch with an atomic, costs registers, and with them programs, in every launch.)
+        # A safety net a correct launch never uses: a program that gave up waiting (the wait's verdict is
+        # the whole program's) makes its slice of the row NaN, loud rather than silently wrong. (Lesson 06
+        # re-reads the row instead; here that loop, or even a branch with an atomic, costs registers, and
+        # with them programs, in every launch.)
         dot = tl.where(spins >= MAX_SPIN, float("nan"), tl.sum(parts, axis=0))
         tl.store(dx_ptr + row * dx_row_stride + cols, y * (dy - dot), mask=live)
         y = y_next.to(tl.float32)

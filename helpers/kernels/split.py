@@ -117,37 +117,38 @@ def softmax_split(x, slices=None, block_size=None):
     return _split(x, slices, block_size)
 
 
-@triton.jit
-def wait_for_row(row_words_ptr, k, n_live, empty, MAX_SPIN: tl.constexpr):
-    # Poll the first n_live of a row's slots (one 64-bit word per slice, the workspace starts zeroed,
-    # a published word is never 0) until none is 0, or MAX_SPIN polls have passed. Returns (the words,
-    # polls made): MAX_SPIN polls means the wait gave up. Slots at k >= n_live read as `empty`.
-    # Each warp polls its own copy of the slots, so the polls made can differ between the warps of one
-    # program: a branch on them that holds a reduction needs program_any (below).
-    w = tl.load(row_words_ptr + k, mask=k < n_live, other=empty, volatile=True)
-    spins = 0
-    while (tl.min(tl.where(w == 0, 0, 1), axis=0) == 0) & (spins < MAX_SPIN):
-        w = tl.load(row_words_ptr + k, mask=k < n_live, other=empty, volatile=True)
-        spins += 1
-    return w, spins
-
-
 # True while Triton interprets the kernels: a program is then one thread.
 INTERPRETED = tl.constexpr(not ON_GPU)
 
 
 @triton.jit
-def program_any(p):
-    # A vote: True in every thread of the program if p is True in any of them (CUDA's __syncthreads_or).
-    # Every thread of the program must reach it. Triton has no such function; on a GPU it is one PTX
-    # instruction, a barrier that ORs a predicate (bar.red.or.pred). The interpreter runs a program as
-    # one thread, so there p is already the whole program's.
+def program_all(p):
+    # A vote: True in every thread of the program if p is True at every element of every thread's copy
+    # (CUDA's __syncthreads_and, once for each element a thread holds). Every thread of the program must
+    # reach it. Triton has no such function; on a GPU it is one PTX instruction, a barrier that ANDs a
+    # predicate (bar.red.and.pred). The interpreter runs a program as one thread, with one copy.
     if INTERPRETED:
-        return p
+        return tl.min(p.to(tl.int32), axis=0) != 0
     else:
-        return tl.inline_asm_elementwise(
-            "{ .reg .pred a, b; setp.ne.u32 a, $1, 0; bar.red.or.pred b, 0, a; selp.u32 $0, 1, 0, b; }",
-            "=r,r", [p.to(tl.int32)], dtype=tl.int32, is_pure=False, pack=1) != 0
+        votes = tl.inline_asm_elementwise(
+            "{ .reg .pred a, b; setp.ne.u32 a, $1, 0; bar.red.and.pred b, 0, a; selp.u32 $0, 1, 0, b; }",
+            "=r,r", [p.to(tl.int32)], dtype=tl.int32, is_pure=False, pack=1)
+        return tl.min(votes, axis=0) != 0  # every thread holds the same votes: any copy gives the answer
+
+
+@triton.jit
+def wait_for_row(row_words_ptr, k, n_live, empty, MAX_SPIN: tl.constexpr):
+    # Poll the first n_live of a row's slots (one 64-bit word per slice, the workspace starts zeroed,
+    # a published word is never 0) until none is 0, or MAX_SPIN polls have passed. Returns (the words,
+    # polls made): MAX_SPIN polls means the wait gave up. Slots at k >= n_live read as `empty`.
+    # Each warp loads its own copy of the slots, at its own moment. So every poll's verdict is a vote
+    # of the whole program: it leaves the wait together, and only once every copy holds every word.
+    w = tl.load(row_words_ptr + k, mask=k < n_live, other=empty, volatile=True)
+    spins = 0
+    while (~program_all(w != 0)) & (spins < MAX_SPIN):
+        w = tl.load(row_words_ptr + k, mask=k < n_live, other=empty, volatile=True)
+        spins += 1
+    return w, spins
 
 
 @triton.jit
@@ -193,9 +194,8 @@ def softmax_split_coop_kernel(
         # Phase 2: wait until the row's other pairs are in (a slot past the row's slices reads (-inf, 0)).
         w, spins = wait_for_row(words_ptr + row * n_slices, k, tl.where(valid, n_slices, 0), 0xFF800000, MAX_SPIN)
         # Phase 3: the row's (M, D), from the published pairs or, if the wait gave up, from the row.
-        # The whole program takes the same branch: each warp polled its own copy of the row's slots, so
-        # one warp may have given up where another saw every pair. Put it to a vote.
-        if program_any(spins >= MAX_SPIN):
+        # (The wait's verdict is the whole program's, so all its warps take the same branch.)
+        if spins >= MAX_SPIN:
             # A safety net a correct launch never uses: count it, then read the whole row again and
             # merge it here, so the answer is slower but never wrong. It reads in small blocks: this
             # loop's registers are reserved in every launch, used or not, and registers are programs.
