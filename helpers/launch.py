@@ -218,6 +218,30 @@ def _launch_hooks_installed() -> bool:
     return any(h is not None and (len(h.calls) > 0 if hasattr(h, "calls") else True) for h in hooks)
 
 
+def raw_launcher(compiled) -> Callable:
+    """``launch(gx, gy, gz, stream, *args)``: the compiled kernel's launcher called with raw pointers and
+    the scalar and constexpr arguments in the kernel's order (no hooks, no scratch memory). Triton 3.6
+    generates a launcher per kernel that takes the arguments one by one; from 3.7 one launcher serves
+    every kernel and takes them as a tuple, with the kernel's signature. TypeError when this Triton's
+    launcher takes neither (use ``kernel[grid](...)`` then)."""
+    run = compiled.run
+    go, function, packed = run.launch, compiled.function, compiled.packed_metadata
+    coop, pdl = run.launch_cooperative_grid, run.launch_pdl
+    if hasattr(run, "kernel_signature") and hasattr(run, "arg_annotations"):  # Triton >= 3.7
+        annotations, signature = run.arg_annotations, run.kernel_signature
+
+        def launch(gx, gy, gz, stream, *args):
+            go(gx, gy, gz, stream, function, coop, pdl, packed, None, None, None, None, None, annotations, signature,
+               args)
+    elif not hasattr(run, "kernel_signature"):  # Triton 3.6
+
+        def launch(gx, gy, gz, stream, *args):
+            go(gx, gy, gz, stream, function, coop, pdl, None, None, packed, None, None, None, *args)
+    else:  # pragma: no cover - a launcher this module does not know
+        raise TypeError("this Triton's launcher takes arguments this module does not know how to pass")
+    return launch
+
+
 def _slots(n_inputs: int) -> dict:
     names = [OUT, IN, IN2][: 1 + n_inputs] + list(WS)
     return {name: i for i, name in enumerate(names)}
@@ -226,7 +250,7 @@ def _slots(n_inputs: int) -> dict:
 class _Direct:
     """A compiled kernel and everything its launcher needs except the pointers and the stream."""
 
-    __slots__ = ("launch", "grid", "function", "packed", "coop", "pdl", "idx", "rest", "compiled")
+    __slots__ = ("launch", "grid", "idx", "rest", "compiled")
 
     def __init__(self, L: Launch, tensors: tuple, slots: dict):
         self.idx = tuple(slots[p] for p in L.ptrs)
@@ -235,10 +259,8 @@ class _Direct:
         run = compiled.run
         if getattr(run, "global_scratch_size", 0) or getattr(run, "profile_scratch_size", 0):
             raise TypeError("kernel needs scratch memory")  # the plain launch path allocates it
-        self.launch = run.launch
-        self.coop, self.pdl = run.launch_cooperative_grid, run.launch_pdl
+        self.launch = raw_launcher(compiled)
         self.grid = tuple(L.grid) + (1,) * (3 - len(L.grid))
-        self.function, self.packed = compiled.function, compiled.packed_metadata
         # The launcher takes every parameter in the kernel's order and skips the constexpr ones:
         # after the pointers and the scalar arguments come the constexprs, by name.
         names = list(L.kernel.arg_names)[len(L.ptrs) + len(L.args):]
@@ -269,13 +291,12 @@ def direct_launcher(L: Launch, tensors: tuple, device: int) -> Callable:
     and pointers, not floats). TypeError or AttributeError when this Triton's launcher differs: use
     ``kernel[grid](...)`` then (``DIRECT[0] = False`` if a launch refuses)."""
     d = _Direct(L, tensors, {p: i for i, p in enumerate(L.ptrs)})
-    run, (gx, gy, gz), fn, packed, coop, pdl, rest = d.launch, d.grid, d.function, d.packed, d.coop, d.pdl, d.rest
+    run, (gx, gy, gz), rest = d.launch, d.grid, d.rest
     constexprs = rest[len(L.args):]
     raw_stream = _raw_stream
 
     def launch(*ptrs, args=None):
-        run(gx, gy, gz, raw_stream(device), fn, coop, pdl, None, None, packed, None, None, None, *ptrs,
-            *(rest if args is None else (*args, *constexprs)))
+        run(gx, gy, gz, raw_stream(device), *ptrs, *(rest if args is None else (*args, *constexprs)))
 
     return launch
 
@@ -317,22 +338,20 @@ def _direct_call(plan: Plan, rows: Rows, inputs: tuple) -> Callable:
     if len(directs) == 1 and workspace is None and len(inputs) == 1 and not rows.copy and directs[0].idx == (0, 1):
         # The common case, kept to the fewest Python operations: one launch, out and x.
         d = directs[0]
-        launch, (gx, gy, gz), fn, packed, coop, pdl, rest = d.launch, d.grid, d.function, d.packed, d.coop, d.pdl, d.rest
+        launch, (gx, gy, gz), rest = d.launch, d.grid, d.rest
         if x.is_contiguous():
             def call(x):
                 out = torch.empty_like(x)
-                launch(gx, gy, gz, raw_stream(dev), fn, coop, pdl, None, None, packed, None, None, None,
-                       out.data_ptr(), x.data_ptr(), *rest)
+                launch(gx, gy, gz, raw_stream(dev), out.data_ptr(), x.data_ptr(), *rest)
                 return out
         else:
             def call(x):
                 out = torch.empty_like(x, memory_format=fmt)
-                launch(gx, gy, gz, raw_stream(dev), fn, coop, pdl, None, None, packed, None, None, None,
-                       out.data_ptr(), x.data_ptr(), *rest)
+                launch(gx, gy, gz, raw_stream(dev), out.data_ptr(), x.data_ptr(), *rest)
                 return out
         return call
 
-    launches = [(d.launch, *d.grid, d.function, d.coop, d.pdl, d.packed, d.idx, d.rest) for d in directs]
+    launches = [(d.launch, *d.grid, d.idx, d.rest) for d in directs]
     copy_any = rows.copy or rows.copy2
 
     def call(*inputs):
@@ -344,8 +363,8 @@ def _direct_call(plan: Plan, rows: Rows, inputs: tuple) -> Callable:
         for w in ws:
             ptrs.append(w.data_ptr())
         stream = raw_stream(dev)
-        for launch, gx, gy, gz, fn, coop, pdl, packed, idx, rest in launches:
-            launch(gx, gy, gz, stream, fn, coop, pdl, None, None, packed, None, None, None, *[ptrs[i] for i in idx], *rest)
+        for launch, gx, gy, gz, idx, rest in launches:
+            launch(gx, gy, gz, stream, *[ptrs[i] for i in idx], *rest)
         return out
 
     return call

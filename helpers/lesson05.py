@@ -16,7 +16,7 @@ from .device import api_occupancy, gpu_props, occupancy
 from .exercises import Wrong, call_attempt, check, guarded, guards_intact, launch_learner_kernel, require_kernel
 from .gpu_data import device_props, provenance
 from .kernels import persistent_plan, softmax_persistent, softmax_persistent_kernel
-from .launch import Rows, _raw_stream, acc_dtype
+from .launch import Rows, _raw_stream, acc_dtype, raw_launcher
 from .measure import DTYPES, device_facts, eager_ms, gpu_ms, host_us, require_gpu
 from .plots import label, set_n_axis
 
@@ -120,16 +120,14 @@ def launch_cost_rows(M: int = 4096, N: int = 256, rounds: int = 7) -> list[dict]
     kw = dict(BLOCK_SIZE=triton.next_power_of_2(N), ACC=acc_dtype(x.dtype), num_warps=4)
     args, rest = (o, x, x.stride(0), x.stride(1), o.stride(0), N), (x.stride(0), x.stride(1), o.stride(0), N, kw["BLOCK_SIZE"], None)
     (c := K.softmax_fused_kernel.warmup(*args, grid=(M,), **kw))._init_handles()
-    run = c.run
+    run, raw = c.run, raw_launcher(c)  # (raw_launcher: the launcher's arguments differ between Triton versions)
     cases = {
         "torch.empty_like(x)": ("allocation", lambda: torch.empty_like(x)),
         "kernel[grid](...) (Triton's JIT)": ("launch", lambda: K.softmax_fused_kernel[(M,)](*args, **kw)),
         "compiled[grid](...)": ("launch", lambda: c[(M, 1, 1)](*args[:2], *rest)),
         "compiled.run(..., tensors)": ("launch", lambda: run(M, 1, 1, stream, c.function, c.packed_metadata,
                                                             None, None, None, o, x, *rest)),
-        "launcher, raw pointers": ("launch", lambda: run.launch(
-            M, 1, 1, stream, c.function, run.launch_cooperative_grid, run.launch_pdl, None, None, c.packed_metadata,
-            None, None, None, o.data_ptr(), x.data_ptr(), *rest)),
+        "launcher, raw pointers": ("launch", lambda: raw(M, 1, 1, stream, o.data_ptr(), x.data_ptr(), *rest)),
     }
     wrappers = {"torch.softmax": lambda t: torch.softmax(t, -1), "Triton tutorial": tutorial_softmax,
                 "Liger-Kernel": liger_softmax}  # None when Liger-Kernel is not installed

@@ -177,6 +177,69 @@ def test_the_public_direct_launch_serves_attention():
         assert launch.current_device() == -1
 
 
+_LAUNCHER_CALLS = r'''
+import ast, json, os, sys, types
+os.environ.pop("TRITON_INTERPRET", None)
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+tree = ast.parse(open(sys.argv[1]).read())  # helpers/launch.py: its raw_launcher alone (no helpers import, no GPU)
+fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "raw_launcher")
+ns = {"Callable": object}
+exec(compile(ast.Module(body=[fn], type_ignores=[]), "launch.py", "exec"), ns)
+open(os.path.join(sys.argv[2], "kern.py"), "w").write(
+    "import triton\nimport triton.language as tl\n\n@triton.jit\ndef k(out, x, n, B: tl.constexpr):\n"
+    "    o = tl.arange(0, B)\n    tl.store(out + o, tl.load(x + o, mask=o < n), mask=o < n)\n")
+sys.path.insert(0, sys.argv[2])
+import kern
+src = ASTSource(fn=kern.k, signature={"out": "*fp32", "x": "*fp32", "n": "i32", "B": "constexpr"}, constexprs={"B": 64})
+ck = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
+if tuple(int(p) for p in triton.__version__.split(".")[:2]) < (3, 7):
+    print(json.dumps({"skip": f"Triton {triton.__version__} builds a launcher module per kernel: that needs a CUDA driver"}))
+    sys.exit(0)
+calls = []
+record = lambda *a: calls.append(a)  # in place of the driver's launch: there is no GPU
+utils = types.SimpleNamespace(launch=record, build_signature_metadata=lambda sig: ("signature", tuple(sig)))
+triton.runtime.driver.set_active(types.SimpleNamespace(utils=utils))
+import triton.backends.nvidia.driver as nvd
+# The argument annotations are objects of the driver's C module, built with the CUDA driver: stand-ins here.
+nvd.PyKernelArg = lambda nested_tuple, type: ("arg", type, nested_tuple)
+nvd.ARG_KERNEL, nvd.ARG_CONSTEXPR, nvd.ARG_TUPLE = "kernel", "constexpr", "tuple"
+run = nvd.CudaLauncher(src, ck.metadata)
+run.launch = record
+packed = ("packed metadata",)
+run(5, 1, 1, 777, 1234, packed, None, None, None, 111, 222, 300, 64)  # as Triton's JIT calls it
+ns["raw_launcher"](types.SimpleNamespace(run=run, function=1234, packed_metadata=packed))(5, 1, 1, 777, 111, 222, 300, 64)
+print(json.dumps({"calls": [repr(c) for c in calls]}))
+'''
+
+
+def test_the_raw_launcher_passes_what_tritons_own_launcher_passes(tmp_path):
+    """helpers.launch.raw_launcher calls a compiled kernel's launcher with raw pointers. Its arguments must
+    reach the driver as those of Triton's own launch path (the JIT's, ``CompiledKernel.run``) do, or the
+    direct path is refused and every wrapper falls back to the slower JIT. The launcher's arguments
+    changed between Triton 3.6 and 3.7: checked here against the installed Triton, without a GPU."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if helpers.ON_GPU:
+        pytest.skip("checked without a GPU (on a GPU the direct-path tests launch it)")
+    pytest.importorskip("triton.backends.nvidia")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    launch_py = Path(helpers.__file__).resolve().parent / "launch.py"
+    r = subprocess.run([sys.executable, "-c", _LAUNCHER_CALLS, str(launch_py), str(tmp_path)], capture_output=True,
+                       text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    if "skip" in got:
+        pytest.skip("this Triton's launcher cannot be built without a GPU: " + got["skip"])
+    jit, raw = got["calls"]
+    assert raw == jit
+
+
 def test_a_plan_function_sees_rows_and_options():
     seen = []
 
