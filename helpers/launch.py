@@ -222,23 +222,23 @@ def raw_launcher(compiled) -> Callable:
     """``launch(gx, gy, gz, stream, *args)``: the compiled kernel's launcher called with raw pointers and
     the scalar and constexpr arguments in the kernel's order (no hooks, no scratch memory). Triton 3.6
     generates a launcher per kernel that takes the arguments one by one; from 3.7 one launcher serves
-    every kernel and takes them as a tuple, with the kernel's signature. TypeError when this Triton's
-    launcher takes neither (use ``kernel[grid](...)`` then)."""
+    every kernel and takes them as a tuple, with the kernel's signature. TypeError or AttributeError
+    when the kernel needs scratch memory or this Triton's launcher differs (use ``kernel[grid](...)`` then)."""
     run = compiled.run
+    if getattr(run, "global_scratch_size", 0) or getattr(run, "profile_scratch_size", 0):
+        raise TypeError("kernel needs scratch memory")  # the plain launch path allocates it
     go, function, packed = run.launch, compiled.function, compiled.packed_metadata
     coop, pdl = run.launch_cooperative_grid, run.launch_pdl
-    if hasattr(run, "kernel_signature") and hasattr(run, "arg_annotations"):  # Triton >= 3.7
+    if hasattr(run, "kernel_signature"):  # Triton >= 3.7
         annotations, signature = run.arg_annotations, run.kernel_signature
 
         def launch(gx, gy, gz, stream, *args):
             go(gx, gy, gz, stream, function, coop, pdl, packed, None, None, None, None, None, annotations, signature,
                args)
-    elif not hasattr(run, "kernel_signature"):  # Triton 3.6
+    else:  # Triton 3.6
 
         def launch(gx, gy, gz, stream, *args):
             go(gx, gy, gz, stream, function, coop, pdl, None, None, packed, None, None, None, *args)
-    else:  # pragma: no cover - a launcher this module does not know
-        raise TypeError("this Triton's launcher takes arguments this module does not know how to pass")
     return launch
 
 
@@ -256,9 +256,6 @@ class _Direct:
         self.idx = tuple(slots[p] for p in L.ptrs)
         compiled = L.kernel.warmup(*(tensors[i] for i in self.idx), *L.args, grid=L.grid, **L.constexprs, **L.options())
         compiled._init_handles()
-        run = compiled.run
-        if getattr(run, "global_scratch_size", 0) or getattr(run, "profile_scratch_size", 0):
-            raise TypeError("kernel needs scratch memory")  # the plain launch path allocates it
         self.launch = raw_launcher(compiled)
         self.grid = tuple(L.grid) + (1,) * (3 - len(L.grid))
         # The launcher takes every parameter in the kernel's order and skips the constexpr ones:

@@ -183,6 +183,9 @@ os.environ.pop("TRITON_INTERPRET", None)
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
+if tuple(int(p) for p in triton.__version__.split(".")[:2]) < (3, 7):
+    print(json.dumps({"skip": f"Triton {triton.__version__} builds a launcher module per kernel: that needs a CUDA driver"}))
+    sys.exit(0)
 tree = ast.parse(open(sys.argv[1]).read())  # helpers/launch.py: its raw_launcher alone (no helpers import, no GPU)
 fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "raw_launcher")
 ns = {"Callable": object}
@@ -194,9 +197,6 @@ sys.path.insert(0, sys.argv[2])
 import kern
 src = ASTSource(fn=kern.k, signature={"out": "*fp32", "x": "*fp32", "n": "i32", "B": "constexpr"}, constexprs={"B": 64})
 ck = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
-if tuple(int(p) for p in triton.__version__.split(".")[:2]) < (3, 7):
-    print(json.dumps({"skip": f"Triton {triton.__version__} builds a launcher module per kernel: that needs a CUDA driver"}))
-    sys.exit(0)
 calls = []
 record = lambda *a: calls.append(a)  # in place of the driver's launch: there is no GPU
 utils = types.SimpleNamespace(launch=record, build_signature_metadata=lambda sig: ("signature", tuple(sig)))
