@@ -73,7 +73,8 @@ test-no-triton: venv
 # constraints.txt, which is what `pip install -r requirements.txt` gives a cloud notebook (the newest torch
 # and Triton the ranges allow). There every checker's right-answer and wrong-answer tests run: the shared
 # mechanism (tests/test_exercises_framework.py, whole) and, in the lesson tests, the tests whose names say
-# "checker" or "bounds" (a few minutes on a 2-core CPU). Rebuilt when requirements.txt changes.
+# "checker" or "bounds" (a few minutes on a 2-core CPU); and lesson 07's spills tests, which compile the attention
+# kernels for an H100 with that Triton (its spills differ by version). Rebuilt when requirements.txt changes.
 VENV_LATEST  ?= .venv-latest
 BIN_LATEST   := $(VENV_LATEST)/$(notdir $(BIN))
 LATEST_STAMP := $(VENV_LATEST)/.installed-stamp
@@ -89,6 +90,7 @@ test-latest: $(LATEST_STAMP)
 	@$(BIN_LATEST)/python -c "import torch, triton; print('test-latest: torch', torch.__version__, '/ Triton', triton.__version__)"
 	$(BIN_LATEST)/python -m pytest -q tests/test_exercises_framework.py
 	$(BIN_LATEST)/python -m pytest -q $(LESSON_TESTS) -k "checker or bounds"
+	$(BIN_LATEST)/python -m pytest -q tests/test_attention.py -k spills
 
 # tools/lab.py adds --allow-root as root and --no-browser without a display; ARGS go to JupyterLab.
 ARGS ?=

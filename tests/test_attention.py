@@ -546,13 +546,18 @@ path = os.path.join(sys.argv[2], "attention_kernel_only.py")
 open(path, "w").write("import triton\nimport triton.language as tl\n\n" + src[start:end])
 sys.path.insert(0, sys.argv[2])
 import attention_kernel_only as K
-ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas-blackwell")
+try:  # the ptxas this Triton runs for sm_90 (3.6-3.8: ptxas; 3.9: ptxas-blackwell, the newer one)
+    from triton.backends.nvidia.compiler import get_ptxas
+    ptxas = get_ptxas(90).path
+except Exception:  # a Triton that moved it: the newer of the two it ships
+    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas-blackwell")
 names = ["stride_qz", "stride_qh", "stride_qm", "stride_qd", "stride_kz", "stride_kh", "stride_kn", "stride_kd",
          "stride_vz", "stride_vh", "stride_vn", "stride_vd", "seq_q", "seq_k", "n_heads", "heads_per_group"]
 out = []
 tma_names = [n for n in names if not n.endswith("d")]
-for dt, d, causal, cfg, *grouped in json.loads(sys.argv[3]):  # grouped: the 1-D grid (default: causal)
-    grouped = grouped[0] if grouped else causal
+for dt, d, causal, cfg, *more in json.loads(sys.argv[3]):
+    grouped = more[0] if more else causal  # the 1-D grid (default: causal)
+    masked = more[1] if len(more) > 1 else True  # the descriptor kernel's masked loop compiled in
     bm, bn, warps, stages = cfg[:4]
     ptr = {"float16": "*fp16", "bfloat16": "*bf16", "float32": "*fp32"}[dt]
     dot = {"float16": tl.float16, "bfloat16": tl.bfloat16, "float32": tl.float32}[dt]
@@ -561,7 +566,7 @@ for dt, d, causal, cfg, *grouped in json.loads(sys.argv[3]):  # grouped: the 1-D
            **{n: "i32" for n in (tma_names if tma else names)}, "qk_scale": "fp32"}
     if tma:
         consts = dict(HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal, GROUPED=grouped, WRITE_LSE=True, DOT=dot,
-                      NEG_SCALE=False, WARP_SPECIALIZE=cfg[4], MASKED=True)
+                      NEG_SCALE=False, WARP_SPECIALIZE=cfg[4], MASKED=masked)
         attrs = {(i,): [["tt.divisibility", 16]] for i in range(16)}
     else:
         consts = dict(HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal, GROUPED=grouped, WRITE_LSE=True, DOT=dot,
@@ -580,7 +585,8 @@ for dt, d, causal, cfg, *grouped in json.loads(sys.argv[3]):  # grouped: the 1-D
         m = re.search(r"(\d+) bytes spill stores", r.stderr)
         spills = int(m.group(1)) if m else None
     ttgir = k.asm["ttgir"]
-    out.append({"dt": dt, "d": d, "tma": tma, "shared": k.metadata.shared, "spills": spills,
+    out.append({"dt": dt, "d": d, "causal": causal, "tma": tma, "masked": tma and masked, "shared": k.metadata.shared,
+                "spills": spills,
                 "async": ttgir.count("async_copy_global_to_local") + ttgir.count("async_tma_copy_global_to_local")})
 print(json.dumps(out))
 '''
@@ -604,10 +610,18 @@ def _compile_for_sm90(cases, tmp_path):
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+#: What lesson 07 says the descriptor kernel's masked loop (causal attention, or keys that do not fill their
+#: last block) may spill before Triton 3.9: "a few dozen bytes a thread" (3.6-3.8: 24 and 56 bytes at D = 128).
+MASKED_SPILL_BYTES = 64
+TRITON_BEFORE_3_9 = tuple(int(p) for p in triton.__version__.split(".")[:2]) < (3, 9)
+
+
 def test_kernel_compiles_for_an_h100_without_spills(tmp_path):
     """The configurations attention_config and tma_config give a GPU, compiled for sm_90 by this
     Triton (no GPU needed): the K/V loads are pipelined (asynchronous copies, or TMA copies in the
-    descriptor kernel), shared memory fits an H100's 227 KiB, and ptxas reports no register spills."""
+    descriptor kernel), shared memory fits an H100's 227 KiB, and ptxas reports no register spills;
+    but for the descriptor kernel's masked loop, which Triton 3.6 to 3.8 compile with a few dozen
+    bytes of spills a thread (lesson 07 says so) and 3.9 without."""
     if helpers.ON_GPU:
         pytest.skip("on a GPU every other test compiles the kernel for real")
     pytest.importorskip("triton.backends.nvidia")
@@ -621,29 +635,41 @@ def test_kernel_compiles_for_an_h100_without_spills(tmp_path):
             for causal in (False, True):
                 tma = A.tma_config(dt, d, causal)
                 if tma is not None:
-                    cases.append([str(dt).replace("torch.", ""), d, causal, list(tma)])
+                    name = str(dt).replace("torch.", "")
+                    cases.append([name, d, causal, list(tma)])  # the masked loop compiled in
                     if causal:  # long causal sequences: the 3-D grid
-                        cases.append([str(dt).replace("torch.", ""), d, causal, list(tma), False])
+                        cases.append([name, d, causal, list(tma), False])
+                    else:  # keys that fill their last block: no masked loop
+                        cases.append([name, d, causal, list(tma), False, False])
     assert any(len(c[3]) == 5 for c in cases)
-    for c in _compile_for_sm90(cases, tmp_path):
+    got = _compile_for_sm90(cases, tmp_path)
+    assert any(c["masked"] for c in got) and any(c["tma"] and not c["masked"] for c in got)
+    for c in got:
         assert c["shared"] <= 227 * 1024, c
         assert c["async"] > 0, f"the K/V loads are not pipelined: {c}"
-        assert c["spills"] in (0, None), f"register spills: {c}"
+        if c["masked"] and TRITON_BEFORE_3_9:
+            assert c["spills"] is None or c["spills"] <= MASKED_SPILL_BYTES, f"more than a few dozen bytes: {c}"
+        else:
+            assert c["spills"] in (0, None), f"register spills: {c}"
 
 
 def test_the_pointer_kernel_spills_at_the_descriptor_kernels_tile(tmp_path):
     """Why the descriptor kernel exists (lesson 07): at D = 128 and the tile tma_config gives it (4 warps),
-    the pointer kernel, whose K/V loads take a tile of addresses in registers, spills registers when
-    compiled for sm_90a, while the descriptor kernel at the same tile does not."""
+    the pointer kernel, whose K/V loads take a tile of addresses in registers, spills hundreds of bytes a
+    thread when compiled for sm_90a, while the descriptor kernel at the same tile spills none without its
+    masked loop and, with it, none from Triton 3.9 on and at most a few dozen bytes before."""
     if helpers.ON_GPU:
         pytest.skip("compiles for sm_90a without a GPU")
     pytest.importorskip("triton.backends.nvidia")
     tile = list(A.tma_config(torch.float16, 128, False))
     cases = [["float16", 128, causal, cfg] for causal in (False, True) for cfg in (tile[:4], tile)]
+    cases.append(["float16", 128, False, tile, False, False])
     got = _compile_for_sm90(cases, tmp_path)
     if any(c["spills"] is None for c in got):
         pytest.skip("no ptxas to count spills with")
     pointer, tma = [c for c in got if not c["tma"]], [c for c in got if c["tma"]]
-    assert len(pointer) == len(tma) == 2
-    assert all(c["spills"] > 0 for c in pointer), pointer
-    assert all(c["spills"] == 0 for c in tma), tma
+    assert len(pointer) == 2 and len(tma) == 3
+    assert all(c["spills"] >= 200 for c in pointer), pointer  # hundreds of bytes a thread
+    assert all(c["spills"] == 0 for c in tma if not c["masked"]), tma
+    limit = MASKED_SPILL_BYTES if TRITON_BEFORE_3_9 else 0
+    assert all(c["spills"] <= limit for c in tma if c["masked"]), tma
