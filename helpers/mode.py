@@ -43,6 +43,12 @@ else:
     MODE = "gpu"
     DEVICE = torch.device("cuda")
 
+# Compiled, Triton fuses a * b + c into one FMA unless told not to. The course's kernels are written and
+# measured with that on (lesson 05's exp2, lesson 07's "one FMA a score"), Triton's default through 3.9;
+# 3.9 warns at its first compile that 3.10 will turn it off by default. Keep it on, so that the kernels
+# compile as they were measured and no warning lands in a lesson; a value the user set stays.
+os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+
 try:
     import triton  # noqa: E402
 except Exception as _e:  # not installed (macOS, Windows), or an install that cannot load

@@ -5,11 +5,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 from helpers import _versions
 
+ROOT = Path(__file__).resolve().parent.parent
 OK = {"torch": "2.13.0+cpu", "triton": "3.9.0", "numpy": "2.3.5"}
 
 
@@ -191,3 +193,62 @@ def test_requirements_install_triton_only_where_it_has_wheels():
     for system, machine in [("Linux", "x86_64"), ("Linux", "aarch64"), ("Darwin", "arm64"), ("Windows", "AMD64")]:
         env = {"sys_platform": {"Linux": "linux", "Darwin": "darwin", "Windows": "win32"}[system], "platform_machine": machine}
         assert req.marker.evaluate(env) == (mode.platform_lacks_triton(system, machine) is None)
+
+
+_FMA = r'''
+import os, subprocess, sys, warnings
+import helpers  # on the CPU it also sets TRITON_INTERPRET=1, so this process compiles nothing
+import triton
+knob = getattr(getattr(triton, "knobs", None), "language", None)
+if hasattr(knob, "fp_fusion_enabled"):  # Triton 3.9: what a compile asks, and where it warns
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        print("knob", knob.fp_fusion_enabled(None))
+# A process started from here (a lesson's sandbox worker) inherits the setting: it compiles for sm_90.
+env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+r = subprocess.run([sys.executable, "-W", "error", sys.argv[1]], capture_output=True, text=True, env=env)
+print(r.stdout.strip() or r.stderr.strip().splitlines()[-1], os.environ["TRITON_DEFAULT_FP_FUSION"])
+'''
+
+_MUL_ADD = r'''
+import triton, triton.language as tl
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+
+@triton.jit
+def mul_add(x_ptr, y_ptr, z_ptr, out_ptr):
+    i = tl.arange(0, 32)
+    tl.store(out_ptr + i, tl.load(x_ptr + i) * tl.load(y_ptr + i) + tl.load(z_ptr + i))
+
+
+k = triton.compile(ASTSource(fn=mul_add, signature={n: "*fp32" for n in ("x_ptr", "y_ptr", "z_ptr", "out_ptr")},
+                             constexprs={}), target=GPUTarget("cuda", 90, 32))
+print("fma" if "fma.rn.f32" in k.asm["ptx"] else "no-fma")
+'''
+
+
+@pytest.mark.needs_triton
+@pytest.mark.parametrize("preset", [None, "0"])
+def test_kernels_compile_with_fp_fusion_on_unless_the_user_says_otherwise(preset, tmp_path):
+    """`import helpers` keeps Triton's FP fusion (a * b + c as one FMA) on, as the kernels were measured: Triton
+    3.9 warns at the first compile that 3.10 turns it off by default, and a lesson would show that warning. A
+    value the user set (TRITON_DEFAULT_FP_FUSION=0) stays. Compiled for sm_90 in a fresh process, no GPU needed."""
+    pytest.importorskip("triton.backends.nvidia")
+    if torch.cuda.is_available():
+        pytest.skip("compiles for sm_90 without a GPU")
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_DEFAULT_FP_FUSION", "TRITON_INTERPRET")}
+    if preset is not None:
+        env["TRITON_DEFAULT_FP_FUSION"] = preset
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
+    (tmp_path / "fma.py").write_text(_FMA)
+    (tmp_path / "mul_add.py").write_text(_MUL_ADD)  # Triton reads a kernel's source from its file
+    out = subprocess.run([sys.executable, str(tmp_path / "fma.py"), str(tmp_path / "mul_add.py")], capture_output=True,
+                         text=True, env=env, timeout=300)
+    if "GPUTarget" in out.stdout + out.stderr:
+        pytest.skip("this Triton cannot compile for a CUDA target here")
+    assert out.returncode == 0, out.stderr[-3000:]
+    on = preset is None
+    knob = [line for line in out.stdout.splitlines() if line.startswith("knob")]
+    assert knob in ([], [f"knob {on}"]), out.stdout  # no warning (an error here) where Triton has it
+    assert out.stdout.splitlines()[-1].split() == (["fma", "1"] if on else ["no-fma", "0"]), out.stdout
