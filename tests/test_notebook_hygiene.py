@@ -90,6 +90,17 @@ def test_json_is_tidy(path):
     assert tidy == text, f"{path.name} is not tidy: run `make tidy` (or `make execute`)"
 
 
+def test_tidy_joins_a_cells_consecutive_streams_of_one_name():
+    out = lambda name, text: {"output_type": "stream", "name": name, "text": text}
+    shown = {"output_type": "display_data", "data": {"text/plain": "x"}, "metadata": {"a": 1}}
+    cell = {"cell_type": "code", "source": "", "metadata": {}, "execution_count": 3,
+            "outputs": [out("stdout", "a\n"), out("stdout", ["b", "\n"]), out("stderr", "w\n"), out("stdout", "c\n"),
+                        shown, out("stdout", "d\n")]}
+    got = nbtidy.tidy({"cells": [cell], "metadata": {}})["cells"][0]["outputs"]
+    assert [(o.get("name"), o.get("text")) for o in got] == [
+        ("stdout", "a\nb\n"), ("stderr", "w\n"), ("stdout", "c\n"), (None, None), ("stdout", "d\n")]
+
+
 @notebooks
 def test_kernelspec_is_python3(path):
     nb = load(path)

@@ -3,6 +3,8 @@
 - notebook metadata: only the python3 kernelspec and the language name;
 - cell metadata: only ``tags`` (nbval tags, ``solution``, ``instructor``), sorted;
 - no per-execution metadata, execution counts renumbered 1, 2, ... in order;
+- a cell's consecutive stream outputs of one name (stdout, stderr) joined into one, as Jupyter shows them
+  (the kernel splits them wherever it flushed);
 - keys sorted, one-space indent, trailing newline (nbformat's own layout).
 
 Usage: python tools/nbtidy.py [--check] NOTEBOOK...   (--check: exit 1 if any would change)
@@ -33,6 +35,15 @@ def tidy(nb: dict) -> dict:
                 cell["execution_count"] = count
             else:
                 cell["execution_count"] = None
+            joined = []
+            for out in cell.get("outputs", []):
+                last = joined[-1] if joined else {}
+                if out.get("output_type") == "stream" and last.get("output_type") == "stream" and last.get("name") == out.get("name"):
+                    last["text"] = "".join(last["text"]) + "".join(out["text"])
+                else:
+                    joined.append(out)
+            if joined:
+                cell["outputs"] = joined
             for out in cell.get("outputs", []):
                 if out.get("output_type") in ("display_data", "execute_result"):
                     out["metadata"] = {}  # required by nbformat; nothing machine-specific kept
