@@ -490,6 +490,8 @@ def test_where_the_merge_spends_its_time():
     whole, steps = chain.loc["probabilities"], adds.drop("launch")
     text = cell_with("09", STAGES)
     quotes(text, f"takes {whole.min():.1f} to {whole.max():.1f} µs at every shape", "{}")
+    assert 9.5 <= whole.min() and whole.max() < 11.5  # "about 10 µs of dependent steps", the bounds section
+    assert "about 10 µs of dependent steps" in cell_with("09", "What bounds a one-pass kernel")
     quotes(text, f"at most {(steps.max() / whole).max():.0%} of the chain, and without it at least "
                  f"{(whole - steps.max()).min():.1f} µs would remain", "{}")
     quotes(text, f"costs {adds.loc['launch'].min():.1f} to {adds.loc['launch'].max():.1f} µs", "{}")
