@@ -220,8 +220,10 @@ def positions(v, k, top_p, temperature, u, mistake=None) -> torch.Tensor:
 
 
 HINTS_9_2 = {
-    "drop_top": "your top-p drops the top token: keep a token while the mass *before* it is below top_p "
-                "(the exclusive cumulative sum, incl - q), so the most probable token always stays",
+    "drop_top": "your top-p tests the mass up to and including each token (incl < top_p): that drops the token "
+                "that reaches top_p, and drops the top token itself when it alone holds top_p or more. Keep a token "
+                "while the mass *before* it is below top_p (the exclusive cumulative sum, incl - q), so the most "
+                "probable token always stays",
     "temp_after": "the temperature must divide the logits before the softmax (logits * inv_temp): "
                   "scaling probabilities after it changes nothing once they are renormalized",
     "k_plus_1": "you keep k + 1 tokens: the top-k lanes are lane < k",
