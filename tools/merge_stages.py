@@ -30,10 +30,12 @@ the steps after its stop, so each row is what a merge ending there costs; nothin
 from __future__ import annotations
 
 import argparse
+import atexit
 import functools
 import importlib.util
 import inspect
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -108,7 +110,11 @@ def staged_kernel():
     src = staged_source(src)
     names = sorted(n for n in vars(sampling) if not n.startswith("_") and n != "lane_merge_kernel"
                    and re.search(rf"\b{n}\b", src))
-    path = Path(tempfile.mkdtemp(prefix="merge_stages_")) / "merge_stages_kernel.py"
+    folder = tempfile.mkdtemp(prefix="merge_stages_")
+    # Triton (and its interpreter, at a kernel's first call) reads the source back from the file, so it stays
+    # until the process ends, and goes then.
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    path = Path(folder) / "merge_stages_kernel.py"
     path.write_text("import triton\nimport triton.language as tl\n"
                     f"from helpers.kernels.sampling import {', '.join(names)}\n\n\n{src}")
     spec = importlib.util.spec_from_file_location("merge_stages_kernel", path)
