@@ -355,7 +355,7 @@ def test_the_direct_path_passes_each_calls_scalars(monkeypatch, small_lanes, lan
         scale = 1 / temperature
         assert slice_args[-1] == pytest.approx(scale * (sampling.LOG2E if lanes else 1.0))
         assert merge_args[merge_args.index(20) - 1] == pytest.approx(scale)  # ..., scale, k, top_p, ...
-        assert merge_args[merge_args.index(20) + 1] == pytest.approx(top_p)
+        assert merge_args[merge_args.index(20) + 1] == pytest.approx(sampling.nucleus_bound(top_p), abs=1e-9)
         seen.append(merge_args)
     assert seen[1] is seen[0] and seen[2] is not seen[0]  # the same values: bound once
     assert len(sampling._CALLS) == 1
@@ -638,3 +638,63 @@ def test_lanes_of_one_chunk_a_row(monkeypatch, M, N):
     _check(_rand(M, N, seed=M + N, dtype=torch.bfloat16), 1, tol=1e-2, fn=sampling.topk_by_lanes)
     ids = sample(_rand(M, N, seed=N), top_k=2, generator=torch.Generator(device=DEVICE).manual_seed(0))
     assert ids.shape == (M,) and ((0 <= ids) & (ids < N)).all()
+
+
+# ---- One answer on every path: every top_k the API takes, the nucleus's boundary, ties ----------------------------
+
+def _seeded(seed):
+    return torch.Generator(device=DEVICE).manual_seed(seed)
+
+
+def _kept_columns(x, k):
+    """The k columns every path keeps: the largest logits, of equal ones the lower column first (a stable sort of
+    the float64 logits, not the kernels' key)."""
+    return torch.sort(x.double(), dim=-1, descending=True, stable=True).indices[..., :k]
+
+
+@pytest.mark.parametrize("M, N, top_k", [(1, 4096, 300), (1, 32000, 257), (2, 8192, 600), (1, 2048, 1024)])
+def test_sample_takes_every_top_k_up_to_max_k_on_the_kernels(M, N, top_k):
+    """256 < top_k <= 1024 keeps K = 512 or 1024 candidates a program, interpreted too (once an InterpreterError:
+    the merge compared more than 2^20 pairs of keys); the draw is the sorted draw's for the same uniform."""
+    x = _rand(M, N, seed=top_k)
+    got = sample(x, top_k=top_k, generator=_seeded(2))
+    u = torch.rand((M,), generator=_seeded(2), device=DEVICE)
+    assert torch.equal(got, sampling.sample_torch(x, 1.0, top_k, 1.0, u))
+    values, indices = softmax_topk(x, top_k)
+    assert torch.equal(indices, _kept_columns(x, top_k))
+
+
+@pytest.mark.parametrize("path", ["per_program", "lanes", "sort"])
+@pytest.mark.parametrize("top_k", [None, 4])
+def test_the_nucleus_ends_where_the_mass_before_a_token_reaches_top_p(monkeypatch, small_lanes, path, top_k):
+    """log([0.3, 0.1, 0.1, 0.5]) with top_p = 0.8: the mass before the third token is 0.5 + 0.3 = 0.8, not below
+    top_p, so only columns 3 and 0 are drawn, as Hugging Face, vLLM and FlashInfer draw them (the kernels once took
+    that mass as incl - q, 0.79999995 in float32, and drew a third token in about one draw of ten)."""
+    x = torch.tensor([0.3, 0.1, 0.1, 0.5]).log().repeat(400, 1).to(DEVICE)
+    if path == "sort":
+        u = torch.rand((400,), generator=_seeded(0), device=DEVICE)
+        ids = sampling.sample_torch(x, 1.0, top_k, 0.8, u)
+    else:
+        if path == "lanes":
+            if top_k is None:
+                pytest.skip("a nucleus without a top_k takes the per-program kernels")
+            monkeypatch.setattr(sampling, "LANE_MIN_ELEMENTS", 0)
+        assert sampling.use_lanes(400, 4, sampling.candidate_lanes(4)) == (path == "lanes")
+        ids = sample(x, top_k=top_k, top_p=0.8, generator=_seeded(0))
+    assert set(ids.tolist()) == {0, 3}
+
+
+@pytest.mark.parametrize("lanes", [False, True])
+def test_ties_keep_the_lower_columns_on_every_path(monkeypatch, small_lanes, lanes):
+    """Equal logits: the kernels (k <= 1024) and the sorts (k > 1024, or a nucleus past the candidates) keep the
+    lowest columns, exactly k of them (once the sorts kept an arbitrary set)."""
+    if lanes:
+        monkeypatch.setattr(sampling, "LANE_MIN_ELEMENTS", 0)
+    x = torch.ones(16, 1200, device=DEVICE)
+    for k in ((5, 64) if lanes else (5, 300, 1100)):
+        values, indices = softmax_topk(x, k)
+        assert torch.equal(indices, torch.arange(k, device=DEVICE).expand(16, k)), k
+        assert torch.equal(sample(x, top_k=k, generator=_seeded(k)) < k, torch.ones(16, dtype=torch.bool, device=DEVICE))
+    if not lanes:  # 1000 tied tokens and top_p = 0.5: a nucleus of 500 past the 256 candidates, sorted per row
+        ids = sample(torch.zeros(64, 1000, device=DEVICE), top_p=0.5, generator=_seeded(1))
+        assert (ids <= 500).all() and (ids > 256).any()  # 500: the float64 sum before it may round below 0.5

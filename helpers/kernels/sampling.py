@@ -18,6 +18,9 @@ from helpers.mode import ON_GPU
 MAX_K = 1024        # the largest k a program keeps on chip (as K lanes); a larger k goes to torch
 TOP_P_BOUND = 256   # candidates kept for a top_p without top_k; a row whose nucleus is larger goes to torch
 SORT = ON_GPU       # merge candidates with tl.topk where compiled; the interpreter's tl.topk is slow
+# The keys a row's merge program takes at once. Interpreted, it ranks them by counting, B x B comparisons in one
+# tensor, and Triton's interpreter refuses a tensor of more than 2^20 elements: 1024 keys, so one slice at K = 1024.
+MERGE_KEYS = 4096 if SORT else 1024
 FEW_WINNERS = tl.constexpr(8)  # a block with at most this many winners merges them one at a time (compiled)
 
 
@@ -50,6 +53,14 @@ def key_value(key):
 @triton.jit
 def key_column(key):
     return 0x7FFFFFFF - (key & 0xFFFFFFFF)
+
+
+def key_order(rows):
+    """The columns of each row of a 2-D tensor in the keys' order (logit as float32, descending; then the lower
+    column): what the kernels keep, for the paths that sort the whole row in torch instead. One tie rule on every path."""
+    bits = rows.float().view(torch.int32)
+    high = torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
+    return torch.sort(high, dim=-1, descending=True, stable=True).indices
 
 
 @triton.jit
@@ -183,7 +194,7 @@ def topk_plan(n_rows, n_cols, K, target_programs=None):
     target = target_programs or (sm_count() * 4 if ON_GPU else 4)
     block = max(K, min(1024, next_pow2(n_cols)))
     blocks = cdiv(n_cols, block)
-    slices = max(1, min(blocks, cdiv(target, max(n_rows, 1)), max(1, 4096 // K)))
+    slices = max(1, min(blocks, cdiv(target, max(n_rows, 1)), max(1, MERGE_KEYS // K)))
     slice_len = cdiv(blocks, slices) * block
     slices = cdiv(n_cols, slice_len)
     return {"block": block, "slices": slices, "slice_len": slice_len,
@@ -239,10 +250,22 @@ LOG2E = 1.4426950408889634  # exp(y) = exp2(y * log2(e)): the lane kernels below
 MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-30, 1e30  # 1 / temperature stays a normal float32, far from overflow
 
 
+TOP_P_SLACK = 1e-6  # float32's rounding of a nucleus's mass: a mass this close below top_p counts as reaching it
+
+
+def nucleus_bound(top_p):
+    """The bound the mass before a token must stay below for the token to join the nucleus: top_p less the rounding
+    of float32 probabilities, so that a nucleus whose first tokens sum to exactly top_p (0.5 + 0.3 for 0.8, which
+    float32 computes as 0.79999995) ends there on every path, as it does for Hugging Face and vLLM; for top_p >= 1,
+    above any mass."""
+    return top_p - TOP_P_SLACK if top_p < 1 else 2.0
+
+
 def sample_scalars(temperature, top_p):
-    """The named scalar arguments of the launches, for a temperature in [MIN_TEMPERATURE, MAX_TEMPERATURE]."""
+    """The named scalar arguments of the launches, for a temperature in [MIN_TEMPERATURE, MAX_TEMPERATURE]: the
+    scale 1 / temperature, and as `top_p` the nucleus's bound (nucleus_bound)."""
     scale = 1.0 / temperature
-    return {"scale": scale, "sl2e": scale * LOG2E, "top_p": top_p}
+    return {"scale": scale, "sl2e": scale * LOG2E, "top_p": nucleus_bound(top_p)}
 
 
 _CALLS = {}  # one ready function per kind of call: dtype, shape, strides, device, alignment and settings
@@ -337,10 +360,12 @@ def _topk_call(x, k, design):
     lanes = use_lanes(M, N, K) if design is None else design == "lanes"
     if lanes and K > LANE_MAX_K:
         raise ValueError(f"the lane kernels keep k <= {LANE_MAX_K}, got {k}.")
-    if not lanes and k > (MAX_K if SORT else 256):  # more candidates than a program keeps on chip (interpreted:
-        def too_many(x):                              # than rank by counting can compare, 2^20 pairs at most)
-            values, indices = torch.softmax(x.float(), -1).topk(k)
-            return values.to(x.dtype), indices
+    if not lanes and k > MAX_K:  # more candidates than a program keeps on chip: sort the row, in the keys' order
+        def too_many(x):
+            rows = x.reshape(M, N)
+            indices = key_order(rows)[:, :k]
+            values = torch.softmax(rows.float(), -1).gather(-1, indices)
+            return values.to(x.dtype).view(shape), indices.view(shape)
         return too_many
     if M == 0:
         return lambda x: (torch.empty(shape, dtype=x.dtype, device=dev), torch.empty(shape, dtype=torch.int64, device=dev))
@@ -375,10 +400,11 @@ def sample_step(v, col, m, d, scale, k, top_p, u, K: tl.constexpr, RENORM: tl.co
     else:       # the nucleus of the whole softmax, from the candidates and the row's (m, d)
         q = tl.where(live, tl.exp((v - m) * scale) / d, 0.0)
     incl = tl.cumsum(q, 0)
-    keep = live & (incl - q < top_p)  # the mass before a token is < top_p: the top token always stays
+    # top_p here is nucleus_bound(top_p): the mass before a token must stay below it. The top token always stays.
+    keep = live & ((incl - q < top_p) | (lane == 0))
     kept = tl.sum(tl.where(keep, q, 0.0), 0)
-    n_keep = tl.sum(keep.to(tl.int32), 0)
-    pos = tl.minimum(tl.sum((keep & (incl <= u * kept)).to(tl.int32), 0), n_keep - 1)
+    last = tl.max(tl.where(keep & (q > 0), lane, 0), 0)  # never a token of probability 0, however u * kept rounds
+    pos = tl.minimum(tl.sum((keep & (incl <= u * kept)).to(tl.int32), 0), last)
     return tl.sum(tl.where(lane == pos, col, 0), 0), tl.sum(q, 0)
 
 
@@ -671,14 +697,18 @@ def sample_torch(rows, temperature, top_k, top_p, u):
     z = rows.double()
     z = (z - z.amax(-1, keepdim=True)) / temperature  # differences <= 0: no temperature overflows them
     none = z.isnan().any(-1)  # a NaN or +inf logit, or only -inf: x - max is NaN somewhere
-    p, order = torch.softmax(z.masked_fill(none[:, None], 0.0), -1).sort(-1, descending=True)
+    order = key_order(rows)  # the kernels' order: of equal logits, the lower column first
+    p = torch.softmax(z.masked_fill(none[:, None], 0.0), -1).gather(-1, order)
     if top_k is not None:
         p, order = p[:, :top_k] / p[:, :top_k].sum(-1, keepdim=True), order[:, :top_k]
-    incl = p.cumsum(-1)
-    keep = (incl - p) < top_p
+    before = p.cumsum(-1) - p
+    keep = before < nucleus_bound(top_p)  # as the kernels decide
+    keep[:, 0] = True
     q = torch.where(keep, p, 0.0)
-    target = u.double()[:, None] * q.sum(-1, keepdim=True)
-    pos = ((q.cumsum(-1) <= target) & keep).sum(-1).clamp(max=keep.sum(-1) - 1)
+    incl = q.cumsum(-1)
+    target = u.double()[:, None] * incl[:, -1:]
+    last = torch.where(q > 0, torch.arange(q.shape[-1], device=q.device), 0).amax(-1)  # never a probability 0
+    pos = torch.minimum(((incl <= target) & keep).sum(-1), last)
     return torch.where(none, -1, order.gather(-1, pos[:, None])[:, 0])
 
 
@@ -686,8 +716,16 @@ def sample(logits, *, temperature=1.0, top_k=None, top_p=None, generator=None):
     """One token per row drawn from softmax(logits / temperature), restricted to the top_k most probable
     tokens, then to the nucleus of mass top_p (Hugging Face's order); temperature 0 is argmax. The
     uniforms come from ``generator``: the same seed gives the same ids. int64, shape logits.shape[:-1].
-    A row with no softmax (a NaN or +inf logit, or only -inf) gets -1 at every temperature, greedy included:
-    no error, which would make every call wait for the GPU."""
+
+    Conventions (lesson 09 sets them beside Hugging Face's, vLLM's and FlashInfer's):
+    - top_k keeps exactly k tokens; of equal logits the lower column first, on every path (Hugging Face and
+      vLLM keep every logit equal to the k-th).
+    - the nucleus keeps a token while the mass before it is below top_p, as Hugging Face and vLLM define it; a
+      mass within float32's rounding (TOP_P_SLACK) of top_p counts as reaching it, so 0.5 + 0.3 before a token
+      drops it at top_p = 0.8 on every path.
+    - a row with no softmax (a NaN or +inf logit, or only -inf) gets -1 at every temperature, greedy included:
+      no error, which would make every call wait for the GPU (FlashInfer returns 0 with a flag that says the
+      draw failed; vLLM returns an id in range)."""
     if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or not temperature >= 0:
         raise ValueError(f"temperature must be a number >= 0, got {temperature!r}.")
     if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, numbers.Real) or not 0 < top_p <= 1):
@@ -764,7 +802,7 @@ def _sample_call(logits, temperature, top_k, top_p):
         rows = logits.reshape(M, n)
         run(rows, sample_scalars(temperature, top_p), out=mass, idx=ids, u=u)
         if nucleus_may_escape:
-            short = (mass < top_p).nonzero()[:, 0]
+            short = (mass < nucleus_bound(top_p)).nonzero()[:, 0]
             if short.numel():
                 ids[short] = sample_torch(rows[short], temperature, None, top_p, u[short])
         return ids.view(shape)
