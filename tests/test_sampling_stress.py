@@ -60,12 +60,12 @@ def test_a_run_catches_a_sampler_that_draws_outside_the_top_k():
         return order[:, min(top_k, x.shape[1] - 1)] if top_k else order[:, -1]
 
     with pytest.raises(stress.WrongResult, match="drew column"):
-        stress.run(cases=40, small=True, seed=3, fns={"sample": off_by_one}, log=lambda *_: None)
+        stress.run(calls=60, small=True, seed=3, fns={"sample": off_by_one}, log=lambda *_: None)
 
 
 @pytest.mark.skipif(ON_GPU, reason="on a GPU the timed run below runs instead")
 def test_a_short_run_on_the_interpreter_passes():
-    counts = stress.run(cases=4, small=True, seed=0, log=lambda *_: None)
+    counts = stress.run(calls=10, small=True, seed=0, log=lambda *_: None)
     assert sum(c["calls"] for c in counts.values()) > 0
 
 

@@ -1,16 +1,17 @@
 """`sample` and `softmax_topk` called again and again in one process, in random order, every result checked.
 
     python tools/sampling_stress.py --seconds 360 --out stress.csv     # on a GPU
-    python tools/sampling_stress.py --cases 8 --small                  # anywhere (a CPU: the interpreter)
+    python tools/sampling_stress.py --calls 40 --small                 # anywhere (a CPU: the interpreter)
 
-Each case draws a shape (1 to 1024 rows of 111 to 256000 columns, at most 32M logits; with --small at most 4 rows
-of 3000), a dtype, a kind of logits and a few settings: `top_k` on each side of each path's limit (the lane
-kernels' 64, the per-program kernels' 1024), `top_p` with and without `top_k`, temperatures from 0 (greedy) to
-beyond the kernels' range, Gumbel-max (no filter), and `softmax_topk`'s `k` on each side of the same limits.
-The logits are made fresh for each case and freed after it; between calls tensors filled with 0xFF bytes (NaN
-as floats) are made and freed, so that memory a kernel did not write in this call holds poison, not an old
-right answer; `--max-entries` shrinks the wrappers' cache of ready functions, so that they are dropped and made
-again. It checks
+The calls come in epochs of 150: each epoch draws three shapes (1 to 1024 rows of 111 to 256000 columns, at most
+32M logits; with --small at most 4 rows of 3000), each with a dtype and a kind of logits, and six settings:
+`top_k` on each side of each path's limit (the lane kernels' 64, the per-program kernels' 1024), `top_p` with and
+without `top_k`, temperatures from 0 (greedy) to below the kernels' range, Gumbel-max (no filter), and
+`softmax_topk`'s `k` on each side of the same limits; then it calls them in random order, the kernels compiled for
+the epoch called many times. Every call gets fresh logits, freed after it; between calls tensors filled with 0xFF
+bytes (NaN as floats) are made and freed, so that memory a kernel did not write in this call holds poison, not an
+old right answer; `--max-entries` shrinks the wrappers' cache of ready functions, so that they are dropped and
+made again. It checks
 
 - every draw of `sample` against the columns it may return, computed in float64 by a stable sort (of equal logits
   the lower column first), with a slack of 1e-4 at the nucleus's boundary, and never a column of probability 0;
@@ -19,7 +20,7 @@ again. It checks
   within the dtype's tolerance.
 
 It prints a line per path at the end (calls, rows, wrong results), writes them with `--out`, and exits 1 after
-the first wrong result, saying how to rebuild it (case seed, setting, row, column).
+the first wrong result, saying how to rebuild it (call seed, shape, setting, row, column).
 """
 
 from __future__ import annotations
@@ -153,19 +154,25 @@ def path_of(api, M, N, k=None, temperature=1.0, top_k=None, top_p=None):
     return f"sample {what} " + ("lanes" if sampling.use_lanes(M, N, sampling.candidate_lanes(kk)) else "per_program")
 
 
-def settings_for(rng, N):
-    """A few settings for one case: dicts of call arguments, with the api's name."""
-    out = []
-    for _ in range(rng.randint(1, 4)):
-        if rng.random() < 0.3:
-            out.append({"api": "softmax_topk", "k": min(rng.choice(TOP_K), N)})
-            continue
-        temperature = 0 if rng.random() < 0.12 else rng.choice(TEMPERATURES)
-        top_k = rng.choice((None,) + TOP_K) if rng.random() < 0.8 else None
-        top_p = rng.choice((None, 1.0) + TOP_P)
-        out.append({"api": "sample", "temperature": temperature, "top_k": top_k, "top_p": top_p,
-                    "repeat": 20 if rng.random() < 0.1 else rng.randint(1, 3)})
-    return out
+def draw_setting(rng):
+    """One setting: a dict of call arguments, with the api's name."""
+    if rng.random() < 0.3:
+        return {"api": "softmax_topk", "k": rng.choice(TOP_K)}  # cut to the row's length at the call
+    temperature = 0 if rng.random() < 0.12 else rng.choice(TEMPERATURES)
+    return {"api": "sample", "temperature": temperature,
+            "top_k": rng.choice((None,) + TOP_K) if rng.random() < 0.8 else None,
+            "top_p": rng.choice((None, 1.0) + TOP_P), "repeat": 20 if rng.random() < 0.1 else rng.randint(1, 3)}
+
+
+def draw_shape(rng, small, max_elements):
+    """(M, N, dtype, kind)."""
+    M = rng.choice((1, 2, 3, 4) if small else ROWS)
+    N = rng.choice((111, 1000, 3000) if small else COLS)
+    while not small and M * N > max_elements:
+        M, N = (M // 2, N) if M > 1 else (1, max(c for c in COLS if c <= max(max_elements, COLS[0])))
+    if not small and rng.random() < 0.1 and 99 * 32000 <= max_elements:  # FlashInfer's test_top_k_sampling
+        return 99, 32000, torch.float32, "logprobs"
+    return M, N, rng.choice((torch.float32, torch.bfloat16, torch.float16)), rng.choice(KINDS)
 
 
 def churn(rng, device, pool):
@@ -177,80 +184,105 @@ def churn(rng, device, pool):
         pool.pop(rng.randrange(len(pool)))
 
 
-def run(seconds=None, cases=None, small=False, seed=0, fns=None, log=print, max_elements=32_000_000):
-    """Run cases until `seconds` have passed or `cases` are done; return a Counter per path of calls, rows and
-    wrong results. Raises WrongResult at the first wrong result. `fns` replaces the functions under test
-    ({"sample": ..., "softmax_topk": ...}), for the test that checks the checks."""
+def one_call(shape, s, call_seed, strided, fns):
+    """Fresh logits of `shape` (M, N, dtype, kind), read through a wider buffer if `strided`, then the call of
+    setting `s`, checked. Returns (path, calls made, rows)."""
+    (M, N, dtype, kind), device = shape, helpers.DEVICE
+    x = make_logits(kind, M, N, dtype, torch.Generator(device=device).manual_seed(call_seed), device)
+    if strided:  # a row stride larger than N
+        wide = torch.full((M, N + 13), float("nan"), dtype=dtype, device=device)
+        wide[:, :N] = x
+        x = wide[:, :N]
+    path = "?"
+    try:
+        if s["api"] == "softmax_topk":
+            k = min(s["k"], N)
+            path, reps = path_of("softmax_topk", M, N, k=k), 1
+            values, indices = fns["softmax_topk"](x, k)
+            check_topk(x, values, indices, k)
+        else:
+            path = path_of("sample", M, N, temperature=s["temperature"], top_k=s["top_k"], top_p=s["top_p"])
+            reps = s.get("repeat", 1)
+            for r in range(reps):
+                g = torch.Generator(device=device).manual_seed(42 if reps == 20 else call_seed + r)
+                ids = fns["sample"](x, temperature=s["temperature"], top_k=s["top_k"], top_p=s["top_p"], generator=g)
+                check_sample(x, ids, s["temperature"], s["top_k"], s["top_p"])
+    except WrongResult as e:
+        raise WrongResult(f"call seed {call_seed} ({M} x {N} {str(dtype)[6:]} {kind}) {s}, path {path}: {e}") from None
+    return path, reps, M
+
+
+#: One call of each kernel and mode, on small inputs (--cover: what compute-sanitizer runs, each once).
+COVER = [((4, 32000, torch.float32, "randn"), dict(api="softmax_topk", k=50)),       # lanes, MODE 0
+         ((4, 32000, torch.float32, "randn"), dict(api="sample", temperature=0.7, top_k=50, top_p=0.9)),  # MODE 1
+         ((4, 32000, torch.bfloat16, "logprobs"), dict(api="sample", temperature=0, top_k=None, top_p=None)),  # 2
+         ((8, 4096, torch.float16, "ties"), dict(api="sample", temperature=1.0, top_k=10, top_p=None)),  # whole row
+         ((3, 50257, torch.float32, "minus_inf"), dict(api="softmax_topk", k=64)),    # lanes, -inf rows
+         ((2, 128256, torch.bfloat16, "randn"), dict(api="sample", temperature=1.0, top_k=64, top_p=None)),
+         ((2, 1000, torch.float32, "randn"), dict(api="softmax_topk", k=100)),        # per program, MODE 0
+         ((2, 1000, torch.bfloat16, "no_softmax"), dict(api="sample", temperature=0, top_k=None, top_p=None)),
+         ((3, 4096, torch.float32, "randn"), dict(api="sample", temperature=1.0, top_k=600, top_p=0.95)),  # K 1024
+         ((3, 4096, torch.float32, "flat"), dict(api="sample", temperature=0.7, top_k=None, top_p=0.5)),  # fallback
+         ((2, 4096, torch.float16, "randn"), dict(api="sample", temperature=1.3, top_k=None, top_p=None)),  # Gumbel
+         ((2, 2000, torch.float32, "randn"), dict(api="softmax_topk", k=1025))]       # the sort
+
+
+def run(seconds=None, calls=None, small=False, seed=0, fns=None, log=print, max_elements=32_000_000,
+        shapes=3, settings=6, epoch=150):
+    """Call until `seconds` have passed or `calls` calls are made; return, per path, the calls and rows. Raises
+    WrongResult at the first wrong result. The calls come in epochs: each draws `shapes` shapes and `settings`
+    settings and makes `epoch` calls of them in random order (fresh logits each call), so that kernels compiled
+    for an epoch are called many times. `fns` replaces the functions under test ({"sample": ..., "softmax_topk":
+    ...}), for the test that checks the checks."""
     fns = {"sample": sampling.sample, "softmax_topk": sampling.softmax_topk, **(fns or {})}
     device = helpers.DEVICE
     rng = random.Random(seed)
-    calls, rows = Counter(), Counter()
+    done, rows = Counter(), Counter()
     pool, start, n = [], time.time(), 0
-    while (cases is None or n < cases) and (seconds is None or time.time() - start < seconds):
-        case_seed = rng.randrange(2**31)
-        crng = random.Random(case_seed)
-        M = crng.choice((1, 2, 3, 4) if small else ROWS)
-        N = crng.choice((111, 1000, 3000) if small else COLS)
-        while not small and M * N > max_elements:
-            M, N = (M // 2, N) if M > 1 else (1, max(c for c in COLS if c <= max(max_elements, COLS[0])))
-        dtype = crng.choice((torch.float32, torch.bfloat16, torch.float16))
-        kind = crng.choice(KINDS)
-        if not small and crng.random() < 0.05 and 99 * 32000 <= max_elements:  # FlashInfer's test_top_k_sampling
-            M, N, dtype, kind = 99, 32000, torch.float32, "logprobs"
-        gen = torch.Generator(device=device).manual_seed(case_seed)
-        x = make_logits(kind, M, N, dtype, gen, device)
-        if crng.random() < 0.2:  # rows read through a wider buffer: a row stride larger than N
-            wide = torch.full((M, N + 13), float("nan"), dtype=dtype, device=device)
-            wide[:, :N] = x
-            x = wide[:, :N]
-        for s in settings_for(crng, N):
-            churn(crng, device, pool)
-            where = f"case seed {case_seed} ({M} x {N} {str(dtype)[6:]} {kind}) {s}"
-            try:
-                if s["api"] == "softmax_topk":
-                    path = path_of("softmax_topk", M, N, k=s["k"])
-                    values, indices = fns["softmax_topk"](x, s["k"])
-                    check_topk(x, values, indices, s["k"])
-                    reps = 1
-                else:
-                    path = path_of("sample", M, N, temperature=s["temperature"], top_k=s["top_k"], top_p=s["top_p"])
-                    reps = s["repeat"]
-                    for r in range(reps):
-                        g = torch.Generator(device=device).manual_seed(42 if s["repeat"] == 20 else case_seed + r)
-                        ids = fns["sample"](x, temperature=s["temperature"], top_k=s["top_k"], top_p=s["top_p"],
-                                            generator=g)
-                        check_sample(x, ids, s["temperature"], s["top_k"], s["top_p"])
-            except WrongResult as e:
-                raise WrongResult(f"{where}, path {path}: {e}") from None
-            calls[path] += reps
+    more = lambda: (calls is None or n < calls) and (seconds is None or time.time() - start < seconds)  # noqa: E731
+    while more():
+        shape_pool = [draw_shape(rng, small, max_elements) for _ in range(shapes)]
+        setting_pool = [draw_setting(rng) for _ in range(settings)]
+        for _ in range(epoch):
+            if not more():
+                break
+            shape, s = rng.choice(shape_pool), dict(rng.choice(setting_pool))
+            churn(rng, device, pool)
+            path, reps, M = one_call(shape, s, rng.randrange(2**31), rng.random() < 0.2, fns)
+            done[path] += reps
             rows[path] += reps * M
-        del x
-        n += 1
-        if n % 200 == 0:
-            log(f"{n} cases, {sum(calls.values())} calls, {time.time() - start:.0f} s")
-    return {path: {"calls": calls[path], "rows": rows[path]} for path in sorted(calls)}
+            n += reps
+            if n % 500 == 0:
+                log(f"{n} calls, {sum(done.values())} draws or top-k's, {time.time() - start:.0f} s")
+    return {path: {"calls": done[path], "rows": rows[path]} for path in sorted(done)}
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float)
-    ap.add_argument("--cases", type=int)
+    ap.add_argument("--calls", type=int)
     ap.add_argument("--small", action="store_true", help="at most 4 rows of 3000 columns (for the interpreter)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-elements", type=int, default=32_000_000, help="at most this many logits a case")
     ap.add_argument("--max-entries", type=int, help="the wrappers' cache size (default: helpers.launch.MAX_ENTRIES)")
     ap.add_argument("--no-pdl", action="store_true", help="launch the lane kernels one after the other, without PDL")
+    ap.add_argument("--cover", action="store_true", help="one call of each kernel and mode (COVER), then stop")
     ap.add_argument("--out", help="write the per-path counts here, with provenance")
     a = ap.parse_args(argv)
-    if a.seconds is None and a.cases is None:
-        ap.error("say how long: --seconds or --cases")
+    if a.seconds is None and a.calls is None and not a.cover:
+        ap.error("say how long: --seconds or --calls (or --cover)")
     if a.max_entries:
         launch.MAX_ENTRIES = a.max_entries
     if a.no_pdl:
         sampling.launch_pdl = lambda device_index: False
     start = time.time()
     try:
-        counts = run(a.seconds, a.cases, a.small, a.seed, max_elements=a.max_elements)
+        if a.cover:
+            fns = {"sample": sampling.sample, "softmax_topk": sampling.softmax_topk}
+            counts = Counter(one_call(shape, s, i, i % 2 == 1, fns)[0] for i, (shape, s) in enumerate(COVER))
+            counts = {p: {"calls": c, "rows": 0} for p, c in sorted(counts.items())}
+        else:
+            counts = run(a.seconds, a.calls, a.small, a.seed, max_elements=a.max_elements)
     except WrongResult as e:
         print(f"WRONG: {e}", file=sys.stderr)
         return 1
