@@ -263,7 +263,10 @@ def main(argv=None) -> int:
     ap.add_argument("--calls", type=int)
     ap.add_argument("--small", action="store_true", help="at most 4 rows of 3000 columns (for the interpreter)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--max-elements", type=int, default=32_000_000, help="at most this many logits a case")
+    ap.add_argument("--max-elements", type=int, default=32_000_000, help="at most this many logits a call")
+    ap.add_argument("--epoch", type=int, default=150, help="calls an epoch (its shapes and settings) lasts")
+    ap.add_argument("--shapes", type=int, default=3, help="shapes an epoch draws")
+    ap.add_argument("--settings", type=int, default=6, help="settings an epoch draws")
     ap.add_argument("--max-entries", type=int, help="the wrappers' cache size (default: helpers.launch.MAX_ENTRIES)")
     ap.add_argument("--no-pdl", action="store_true", help="launch the lane kernels one after the other, without PDL")
     ap.add_argument("--cover", action="store_true", help="one call of each kernel and mode (COVER), then stop")
@@ -282,7 +285,8 @@ def main(argv=None) -> int:
             counts = Counter(one_call(shape, s, i, i % 2 == 1, fns)[0] for i, (shape, s) in enumerate(COVER))
             counts = {p: {"calls": c, "rows": 0} for p, c in sorted(counts.items())}
         else:
-            counts = run(a.seconds, a.calls, a.small, a.seed, max_elements=a.max_elements)
+            counts = run(a.seconds, a.calls, a.small, a.seed, max_elements=a.max_elements, shapes=a.shapes,
+                         settings=a.settings, epoch=a.epoch)
     except WrongResult as e:
         print(f"WRONG: {e}", file=sys.stderr)
         return 1
