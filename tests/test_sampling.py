@@ -698,3 +698,54 @@ def test_ties_keep_the_lower_columns_on_every_path(monkeypatch, small_lanes, lan
     if not lanes:  # 1000 tied tokens and top_p = 0.5: a nucleus of 500 past the 256 candidates, sorted per row
         ids = sample(torch.zeros(64, 1000, device=DEVICE), top_p=0.5, generator=_seeded(1))
         assert (ids <= 500).all() and (ids > 256).any()  # 500: the float64 sum before it may round below 0.5
+
+
+# ---- The H200 draw "outside the top 10" (FlashInfer's test_top_k_sampling), rebuilt on the CPU ----------------------
+
+def _philox4x32_10(c0, c1, c2, c3, k0, k1):
+    """Philox4x32-10 (Salmon et al. 2011, as cuRAND implements it), vectorized over numpy uint64 arrays."""
+    import numpy as np
+
+    c0, c1, c2, c3 = (np.asarray(v, dtype=np.uint64) for v in (c0, c1, c2, c3))
+    k0, k1, mask = np.uint64(k0), np.uint64(k1), np.uint64(0xFFFFFFFF)
+    for _ in range(10):
+        p0, p1 = np.uint64(0xD2511F53) * c0, np.uint64(0xCD9E8D57) * c2
+        c0, c1, c2, c3 = ((p1 >> np.uint64(32)) ^ c1 ^ k0) & mask, p1 & mask, ((p0 >> np.uint64(32)) ^ c3 ^ k1) & mask, p0 & mask
+        k0, k1 = (k0 + np.uint64(0x9E3779B9)) & mask, (k1 + np.uint64(0xBB67AE85)) & mask
+    return c0, c1, c2, c3
+
+
+def _cuda_rand(numel, seed, sms=132):
+    """torch.rand(numel, device="cuda") after torch.manual_seed(seed), on a GPU of `sms` SMs of 2048 threads (an
+    H200: 132): PyTorch's grid-stride kernel (256 threads a block, 8 blocks an SM), each thread's curand Philox
+    state at subsequence = its index, one curand_uniform4 (4 floats, a grid apart) a step, 1.0 turned into 0.0."""
+    import numpy as np
+
+    S = 256 * min(sms * 8, -(-numel // 256))
+    li = np.arange(numel, dtype=np.int64)
+    words = np.stack(_philox4x32_10(li // (4 * S), 0, li % S, 0, seed & 0xFFFFFFFF, seed >> 32))
+    u = words[(li % (4 * S)) // S, li].astype(np.float32) * np.float32(2**-32) + np.float32(2**-33)
+    return torch.from_numpy(np.where(u == 1.0, np.float32(0.0), u).astype(np.float32))
+
+
+def test_philox_gives_random123s_known_answers():
+    assert [int(w) for w in _philox4x32_10(0, 0, 0, 0, 0, 0)] == [0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8]
+    assert [int(w) for w in _philox4x32_10(0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344, 0xA4093822, 0x299F31D0)] == \
+        [0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1]
+
+
+def test_the_h200_draw_outside_the_top_10_was_a_tie_of_float32_logits():
+    """Issue #51's case: p = torch.rand(99, 32000, device="cuda") after torch.manual_seed(42), p /= its row sums,
+    x = p.log(), sample(x, top_k=10) drew column 25136 in row 10, outside the row's ten most probable columns.
+    Rebuilt here from PyTorch's GPU generator, column 25136 is the row's 11th most probable, and its float32 log is
+    the 10th's (column 28621): as logits they tie, and a tie goes to the lower column. sample ranks the logits it is
+    given; FlashInfer's check (p >= the 10th probability) ranks the probabilities they came from, which float32's
+    log cannot tell apart. The draw was right; no kernel was wrong."""
+    p = _cuda_rand(99 * 32000, 42).view(99, 32000)[10]
+    p = p / p.sum()
+    x = p.log()
+    by_p = p.argsort(descending=True)
+    assert by_p[9] == 28621 and by_p[10] == 25136 and p[28621] > p[25136]
+    assert x[28621] == x[25136]
+    values, cols = softmax_topk(x[None].to(DEVICE), 10)
+    assert 25136 in cols[0].tolist() and 28621 not in cols[0].tolist()
