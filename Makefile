@@ -12,7 +12,8 @@ BIN    := $(VENV)/bin
 PATHSEP := :
 endif
 STAMP  := $(VENV)/.installed-stamp
-NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
+# The core lessons (NN_name.ipynb) and their deep dives (NNd_name.ipynb): tools/course.py
+NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb notebooks/[0-9][0-9]d_*.ipynb))
 export PYTHONHASHSEED := 0
 export MPLBACKEND := Agg
 

@@ -27,7 +27,7 @@ from helpers import mode
 
 NO_TRITON = not helpers.HAS_TRITON
 REASON = "needs Triton's kernels, and this Python has no Triton"
-_KERNEL_LESSON_NB = re.compile(r"^(0[3-9]|[1-9]\d)_.*\.ipynb$")
+_KERNEL_LESSON_NB = re.compile(r"^(0[3-9]|[1-9]\d)d?_.*\.ipynb$")  # a kernel lesson (03-09) or its deep dive
 
 
 def is_kernel_lesson(path) -> bool:

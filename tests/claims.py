@@ -15,8 +15,8 @@ NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 
 
 def notebook(lesson: str) -> dict:
-    """The notebook whose file name starts with ``lesson`` ('03', '06_split', ...)."""
-    found = sorted(NOTEBOOKS.glob(f"{lesson}*.ipynb"))
+    """The notebook whose file name starts with ``lesson``: '03' is lesson 03, '03d' its deep dive, '06_split' ..."""
+    found = sorted(NOTEBOOKS.glob(f"{lesson}_*.ipynb" if len(lesson) == 2 else f"{lesson}*.ipynb"))
     assert len(found) == 1, f"expected one notebook for {lesson!r}, found {[p.name for p in found]}"
     return json.loads(found[0].read_text())
 

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+_NB = Path(__file__).resolve().parent.parent / "notebooks"
+NOTEBOOKS = sorted(_NB.glob("[0-9][0-9]_*.ipynb")) + sorted(_NB.glob("[0-9][0-9]d_*.ipynb"))  # lessons, deep dives
 HEADING = re.compile(r"^##+ Exercise (\d+\.\d+)", re.M)
 
 

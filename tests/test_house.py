@@ -15,6 +15,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 import export  # noqa: E402
 
 KERNEL_LESSONS = sorted(p for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb") if int(p.name[:2]) >= 3)
+DEEP_DIVES = sorted((ROOT / "notebooks").glob("[0-9][0-9]d_*.ipynb"))
 
 
 def test_generated_kernel_modules_match_the_notebooks():
@@ -22,10 +23,12 @@ def test_generated_kernel_modules_match_the_notebooks():
 
 
 def test_every_kernel_lesson_exports_its_kernels():
+    """A kernel lesson, or its deep dive where the production version is taught there, exports its kernels."""
     for nb in KERNEL_LESSONS:
-        cells = export.export_cells(nb)
-        assert cells, f"{nb.name} has no `#| export:` cell: its kernels must be written in the lesson"
-        assert any("@triton.jit" in code for _, code in cells), f"{nb.name} exports no Triton kernel"
+        own = [nb] + [d for d in DEEP_DIVES if d.name[:2] == nb.name[:2]]
+        cells = [c for p in own for c in export.export_cells(p)]
+        assert cells, f"{nb.name} (or its deep dive) has no `#| export:` cell: its kernels must be written in the lesson"
+        assert any("@triton.jit" in code for _, code in cells), f"{nb.name} (or its deep dive) exports no Triton kernel"
 
 
 def _jit_functions(path: Path) -> list[str]:

@@ -23,7 +23,7 @@ from helpers import mode
 
 ROOT = Path(__file__).resolve().parent.parent
 HIDE = ROOT / "tests" / "no_triton"
-KERNEL_LESSONS = sorted(p for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb") if int(p.name[:2]) >= 3)
+KERNEL_LESSONS = sorted(p for p in (ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb") if int(p.name[:2]) >= 3)  # + deep dives
 HELPERS_MODULES = sorted(
     "helpers." + (p.stem if p.parent.name == "helpers" else f"kernels.{p.stem}")
     for p in [*(ROOT / "helpers").glob("*.py"), *(ROOT / "helpers" / "kernels").glob("*.py")]

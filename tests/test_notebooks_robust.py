@@ -21,7 +21,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK_DIR = Path(os.environ.get("SOFTMAX_COURSE_NOTEBOOKS", ROOT / "notebooks"))
-NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
+NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb")) + sorted(NOTEBOOK_DIR.glob("[0-9][0-9]d_*.ipynb"))
 
 CELL_TIMEOUT = 300  # seconds, as nbval's --nbval-cell-timeout in the Makefile
 

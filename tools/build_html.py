@@ -2,21 +2,25 @@
 
 Usage: python tools/build_html.py [NOTEBOOK_OR_DIR ...] [--out _site] [--instructor]
 
-With no argument it builds every notebooks/NN_*.ipynb of this repository. A directory argument
-means its NN_*.ipynb files. The site is self-contained (no request leaves it when a page opens):
+With no argument it builds every lesson (notebooks/NN_*.ipynb) and deep dive (notebooks/NNd_*.ipynb) of this
+repository (tools/course.py). A directory argument means its lessons and deep dives. The site is self-contained (no
+request leaves it when a page opens):
 
-    _site/index.html             course title, then each lesson's title, summary and duration
+    _site/index.html             course title, then each lesson's title, summary and duration; then the deep
+                                 dives, under "Going further", as optional
     _site/NN_name.html           one page per lesson: prev / next / index links, code highlighted
                                  (Pygments), figures inline, math typeset by KaTeX in the browser
-    _site/NN_name.ipynb          the notebook to download (instructor cells removed)
+    _site/NNd_name.html          one page per deep dive: back to its lesson, on to the next lesson
+    _site/NN_name.ipynb          the notebook to download
     _site/assets/                course.css, course.js, pygments.css, favicon, KaTeX (from
                                  node_modules: run `npm ci` first) with its fonts
     _site/files/...              local files the lessons link to (copied from the repository)
-    _site/instructor/...         with --instructor: the same pages with the instructor notes
+    _site/instructor/...         with --instructor: the same pages, and guide.html, the instructor guide
+                                 (docs/instructor-guide.md), linked from its index
 
-Cells: the first markdown cell gives the index its entry (`# NN · Title`, a `> summary` blockquote,
-`**Time:** about N minutes.`); `solution`-tagged cells are shown collapsed in <details>;
-`instructor`-tagged cells only appear in the instructor edition; `nbval-*` tags have no effect.
+Cells: the first markdown cell gives the index its entry (`# NN · Title`, a `> summary` blockquote, and
+`**Time:** teaching N min, exercises M min.` or `**Time:** about N minutes.`); `solution`-tagged cells are shown
+collapsed in <details>; `nbval-*` tags have no effect. Instructor notes are not cells: they are the guide.
 See docs/CONVENTIONS.md and docs/html.md.
 """
 
@@ -46,6 +50,8 @@ from pygments.formatters import HtmlFormatter
 from traitlets.config import Config
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import course  # noqa: E402
 SITE_SRC = Path(__file__).resolve().parent / "site"
 COURSE_TITLE = "Writing a fast softmax in Triton"
 COURSE_INTRO = (
@@ -54,11 +60,10 @@ COURSE_INTRO = (
     "(Triton's interpreter) and measures on a GPU when there is one."
 )
 PYGMENTS_STYLE = "default"
-NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
-NOTEBOOK_GLOB_RE = r"\d\d_[^/]*\.ipynb"
+NOTEBOOK_GLOB_RE = r"\d\dd?_[^/]*\.ipynb"
+GUIDE = REPO / "docs" / "instructor-guide.md"
 
 SOLUTION_TAG = "solution"
-INSTRUCTOR_TAG = "instructor"
 NBVAL_MARKER = re.compile(r"^[ \t]*#[ \t]*NBVAL_\w+[ \t]*\n?", re.M)
 
 
@@ -130,6 +135,7 @@ class Lesson:
     time: str
     minutes: float | None
     nb: nbformat.NotebookNode = field(repr=False)
+    deep: bool = False  # a deep dive (NNd_name.ipynb), optional: it follows lesson NN
 
     @property
     def html(self) -> str:
@@ -186,14 +192,16 @@ def read_lesson(path: Path) -> Lesson:
     time_text = tm.group(1).rstrip(".").strip()
     mm = _MINUTES.search(time_text)
     minutes = None
-    if mm:
+    if re.search(r"(?i)teach", time_text) and re.search(r"(?i)exercis", time_text):  # teaching + exercises
+        minutes = sum(float(m) for m in re.findall(r"(\d+(?:\.\d+)?)\s*min", time_text))
+    elif mm:
         minutes = float(mm.group(1)) * (60 if mm.group(2).lower().startswith("h") else 1)
     number = title.group(1).zfill(2)
-    stem_number = re.match(r"(\d+)_", path.name)
+    stem_number = re.match(r"(\d+)d?_", path.name)
     if stem_number and stem_number.group(1).zfill(2) != number:
         print(f"warning: {path.name}: the title's number {number} differs from the file name's", file=sys.stderr)
     return Lesson(path=path, stem=path.stem, number=number, title_md=title.group(2), summary_md=summary,
-                  time=time_text, minutes=minutes, nb=nb)
+                  time=time_text, minutes=minutes, nb=nb, deep=course.is_deep_dive(path))
 
 
 def find_notebooks(args: list[str]) -> list[Path]:
@@ -201,7 +209,7 @@ def find_notebooks(args: list[str]) -> list[Path]:
     for a in args or [str(REPO / "notebooks")]:
         p = Path(a)
         if p.is_dir():
-            paths.extend(sorted(p.glob(NOTEBOOK_GLOB)))
+            paths.extend(sorted(p.glob(course.CORE_GLOB)) + sorted(p.glob(course.DEEP_GLOB)))
         elif p.is_file() and p.suffix == ".ipynb":
             paths.append(p)
         else:
@@ -211,7 +219,7 @@ def find_notebooks(args: list[str]) -> list[Path]:
         if p.stem in seen and seen[p.stem].resolve() != p.resolve():
             raise BuildError(f"two notebooks named {p.stem}: {seen[p.stem]} and {p}")
         seen[p.stem] = p
-    return sorted(seen.values(), key=lambda p: p.name)
+    return sorted(seen.values(), key=lambda p: (p.name[:2], course.is_deep_dive(p), p.name))
 
 
 def total_time(lessons: list[Lesson]) -> str:
@@ -252,10 +260,6 @@ def prepare_notebook(nb: nbformat.NotebookNode, edition: str) -> nbformat.Notebo
     cells = []
     for cell in nb.cells:
         tags = set(cell.metadata.get("tags", []))
-        if INSTRUCTOR_TAG in tags:
-            if edition != "instructor":
-                continue
-            cell.metadata["site_instructor"] = True
         if cell.cell_type == "code":
             cell.source = NBVAL_MARKER.sub("", cell.source)
             if not cell.source.strip() and not cell.get("outputs"):
@@ -271,12 +275,6 @@ def prepare_notebook(nb: nbformat.NotebookNode, edition: str) -> nbformat.Notebo
                 cell.source = protect_escaped_dollars(cell.source)
         cells.append(cell)
     nb.cells = cells
-    return nb
-
-
-def learner_notebook(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    nb = copy.deepcopy(nb)
-    nb.cells = [c for c in nb.cells if INSTRUCTOR_TAG not in c.metadata.get("tags", [])]
     return nb
 
 
@@ -440,23 +438,25 @@ def copy_assets(out: Path, katex: Path) -> None:
     (assets / "pygments.css").write_text(f"/* Pygments '{PYGMENTS_STYLE}' style for highlighted code */\n{css}\n")
 
 
-def write_notebook_copy(lesson: Lesson, dest: Path, edition: str) -> None:
-    has_instructor = any(INSTRUCTOR_TAG in c.metadata.get("tags", []) for c in lesson.nb.cells)
-    if edition == "instructor" or not has_instructor:
-        shutil.copy2(lesson.path, dest)
-    else:
-        nbformat.write(learner_notebook(lesson.nb), dest)
-
-
 def build_edition(lessons: list[Lesson], out: Path, edition: str, args, env: jinja2.Environment,
                   exporter: HTMLExporter, copied: dict[str, Path], warnings: list[str]) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     assets = "assets/" if edition == "learner" else "../assets/"
     files_prefix = "files/" if edition == "learner" else "../files/"
     stems = {lesson.stem for lesson in lessons}
-    common = {"course_title": args.title, "edition": edition, "assets": assets, "lessons": lessons}
+    core = [lesson for lesson in lessons if not lesson.deep]
+    deep = [lesson for lesson in lessons if lesson.deep]
+    common = {"course_title": args.title, "edition": edition, "assets": assets, "lessons": core, "deep_dives": deep,
+              "guide": edition == "instructor" and GUIDE.exists()}
     pages = []
-    for i, lesson in enumerate(lessons):
+    for lesson in lessons:
+        if lesson.deep:  # back to its lesson, on to the next one
+            own = next((c for c in core if c.number == lesson.number), None)
+            later = [c for c in core if c.number > lesson.number]
+            prev, nxt = own, (later[0] if later else None)
+        else:
+            i = core.index(lesson)
+            prev, nxt = (core[i - 1] if i > 0 else None), (core[i + 1] if i + 1 < len(core) else None)
         nb = prepare_notebook(lesson.nb, edition)
         resources = {"metadata": {"path": str(lesson.path.parent), "name": lesson.stem}}
         body, _ = exporter.from_notebook_node(nb, resources=resources)
@@ -470,13 +470,13 @@ def build_edition(lessons: list[Lesson], out: Path, edition: str, args, env: jin
             body_class=f"lesson edition-{edition}",
             math_count=count_math(body),
             lesson=lesson,
-            prev=lessons[i - 1] if i > 0 else None,
-            next=lessons[i + 1] if i + 1 < len(lessons) else None,
+            prev=prev,
+            next=nxt,
             sections=sections(body),
             body=Markup(body),
         )
         (out / lesson.html).write_text(page, encoding="utf-8")
-        write_notebook_copy(lesson, out / lesson.ipynb, edition)
+        shutil.copy2(lesson.path, out / lesson.ipynb)
         pages.append(out / lesson.html)
     index = env.get_template("index.html.j2").render(
         **common,
@@ -485,10 +485,20 @@ def build_edition(lessons: list[Lesson], out: Path, edition: str, args, env: jin
         body_class=f"index edition-{edition}",
         math_count=sum(count_math(str(lesson.summary_html)) for lesson in lessons),
         intro=args.intro,
-        total_time=total_time(lessons),
+        total_time=total_time(core),
     )
     (out / "index.html").write_text(index, encoding="utf-8")
     pages.append(out / "index.html")
+    if common["guide"]:
+        body = markdown2html_mistune(GUIDE.read_text(encoding="utf-8"))
+        ctx = PageContext(nb_dir=GUIDE.parent.resolve(), root=args.root, out=out, lesson_stems=stems,
+                          files_prefix=files_prefix, copied=copied, warnings=warnings)
+        page = env.get_template("guide.html.j2").render(
+            **common, page_title=f"Instructor guide · {args.title}", description="Notes for instructors, lesson by lesson",
+            body_class=f"guide edition-{edition}", math_count=count_math(body), sections=sections(body),
+            body=Markup(rewrite_urls(body, ctx, GUIDE.name)))
+        (out / "guide.html").write_text(page, encoding="utf-8")
+        pages.append(out / "guide.html")
     return pages
 
 
@@ -496,7 +506,7 @@ def build(args) -> int:
     t0 = time.time()
     paths = find_notebooks(args.notebooks)
     if not paths:
-        raise BuildError(f"no notebooks ({NOTEBOOK_GLOB}) in {args.notebooks or ['notebooks']}")
+        raise BuildError(f"no notebooks ({course.CORE_GLOB}, {course.DEEP_GLOB}) in {args.notebooks or ['notebooks']}")
     if args.root is None:
         args.root = paths[0].resolve().parent.parent
     args.root = Path(args.root).resolve()
@@ -528,7 +538,8 @@ def build(args) -> int:
     for w in dict.fromkeys(warnings):
         print(f"warning: {w}", file=sys.stderr)
     editions = "learner + instructor editions" if args.instructor else "learner edition"
-    print(f"built {out}/ ({editions}): {len(lessons)} lessons, {len(pages)} pages, "
+    print(f"built {out}/ ({editions}): {sum(not x.deep for x in lessons)} lessons and {sum(x.deep for x in lessons)} "
+          f"deep dives, {len(pages)} pages, "
           f"{len(copied)} linked files, in {time.time() - t0:.1f} s")
     for lesson in lessons:
         print(f"  {lesson.html:32s} {lesson.label} ({lesson.time})")

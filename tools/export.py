@@ -1,13 +1,13 @@
 """Export the library's kernel modules from the lessons' own cells (as d2l's `#@save` and nbdev's
 `#| export` do), so the code a learner edits and runs in a lesson is the code the library runs.
 
-A code cell whose first line is
+A code cell of a lesson or of its deep dive (tools/course.py) whose first line is
 
     #| export: helpers/kernels/fused.py
 
 goes, without that line, into the named module, in notebook order. Every target comes from exactly
 one notebook. Each generated module starts with a header naming its notebook; the files are
-committed, and `tests/test_export.py` fails when one is stale (`make export` regenerates them).
+committed, and `tests/test_house.py` fails when one is stale (`make export` regenerates them).
 
     python tools/export.py            # write every generated module
     python tools/export.py --check    # exit 1, listing what is stale, missing or orphaned
@@ -21,6 +21,9 @@ import json
 import re
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import course  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 MARKER = re.compile(r"^#\|\s*export:\s*(\S+)\s*$")
@@ -50,7 +53,7 @@ def modules(root: Path = ROOT) -> dict[str, str]:
     """target path (relative to the repository) -> the module's full text."""
     sources: dict[str, str] = {}
     bodies: dict[str, list[str]] = {}
-    for nb_path in sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+    for nb_path in course.notebooks(root):
         rel_nb = nb_path.relative_to(root).as_posix()
         for target, code in export_cells(nb_path):
             if not target.startswith("helpers/") or not target.endswith(".py"):

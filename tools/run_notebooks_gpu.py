@@ -1,7 +1,7 @@
 """Execute every lesson on the current machine (e.g. a GPU) into a scratch folder, never in place.
 
-python tools/run_notebooks_gpu.py OUT_DIR [NN ...]  -> OUT_DIR/NN_name.ipynb executed (all lessons, or those
-numbered NN), a summary line per notebook and its three slowest cells, and on a GPU
+python tools/run_notebooks_gpu.py OUT_DIR [NN ...]  -> OUT_DIR/NN_name.ipynb executed (all lessons and their deep
+dives, or those numbered NN), a summary line per notebook and its three slowest cells, and on a GPU
 OUT_DIR/notebook_runs_<gpu>.csv (one row per notebook, with provenance: the record kept under
 figures/data/).
 Stored outputs in the repository must come from the CPU (make execute); this only proves the lessons
@@ -16,6 +16,8 @@ from nbclient import NotebookClient
 
 root = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(root))
+sys.path.insert(0, str(root / "tools"))
+import course  # noqa: E402
 out = Path(sys.argv[1])
 out.mkdir(parents=True, exist_ok=True)
 failed = 0
@@ -34,7 +36,7 @@ def _slowest(nb, k=3):
 
 only = set(sys.argv[2:])
 runs = []
-paths = [p for p in sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb")) if not only or p.name[:2] in only]
+paths = [p for p in course.notebooks(root) if not only or p.name[:2] in only]  # lessons and their deep dives
 for nb_path in paths:
     nb = nbformat.read(nb_path, as_version=4)
     t0 = time.time()

@@ -4,9 +4,10 @@
 // (Debian's /usr/bin/chromium, driven by playwright-core; CHROMIUM overrides the path) and checks:
 // no failed request, no request to another host, no console error, every image loaded, math
 // typeset by KaTeX (and no raw $…$ left outside code), prev / next / index links reach the right
-// pages, the notebook download works, solutions stay hidden until their summary is clicked, and
-// instructor notes appear in no learner page. Pages of the instructor edition (SITE_DIR/instructor)
-// are checked the same way when it was built. SCREENSHOTS=DIR saves a full-page PNG of each page.
+// pages, the notebook download works, and solutions stay hidden until their summary is clicked. The deep
+// dives (NNd_*.html) are listed under "Going further" and lead back to their lesson. Pages of the instructor
+// edition (SITE_DIR/instructor) are checked the same way when it was built, with its guide (guide.html), which
+// the learner edition does not link. SCREENSHOTS=DIR saves a full-page PNG of each page.
 //
 // Run: node --test tests/browser/test_site.mjs   (node's test runner prints the pass/fail summary)
 
@@ -34,16 +35,18 @@ const TYPES = {
 };
 
 // ---- what was built: the lesson pages in file-name order, per edition ------------------------
-async function lessonFiles(dir) {
+async function lessonFiles(dir, re = /^\d\d_.*\.html$/) {
   if (!existsSync(dir)) return [];
-  return (await readdir(dir)).filter((f) => /^\d\d_.*\.html$/.test(f)).sort();
+  return (await readdir(dir)).filter((f) => re.test(f)).sort();
 }
+const DEEP = /^\d\dd_.*\.html$/;
 if (!existsSync(path.join(SITE, "index.html"))) {
   throw new Error(`${SITE}/index.html not found: build the site first (make html)`);
 }
-const EDITIONS = [{ name: "learner", prefix: "", lessons: await lessonFiles(SITE) }];
+const EDITIONS = [{ name: "learner", prefix: "", lessons: await lessonFiles(SITE), deep: await lessonFiles(SITE, DEEP) }];
 if (existsSync(path.join(SITE, "instructor", "index.html"))) {
-  EDITIONS.push({ name: "instructor", prefix: "instructor/", lessons: await lessonFiles(path.join(SITE, "instructor")) });
+  const dir = path.join(SITE, "instructor");
+  EDITIONS.push({ name: "instructor", prefix: "instructor/", lessons: await lessonFiles(dir), deep: await lessonFiles(dir, DEEP) });
 }
 
 // ---- a static file server on 127.0.0.1 ------------------------------------------------------
@@ -203,16 +206,52 @@ for (const ed of EDITIONS) {
           duration: li.querySelector(".lesson-duration")?.textContent.trim(),
         })));
         assert.deepEqual(cards.map((c) => c.href), ed.lessons, "lesson links in order");
+        const deep = await page.$$eval(".going-further .deep-list > li a.lesson-link", (as) => as.map((a) => a.getAttribute("href")));
+        assert.deepEqual(deep, ed.deep, "the deep dives, under Going further, in order");
         for (const c of cards) {
           assert.ok(c.title, `${c.href}: a title`);
           assert.ok(c.summary, `${c.href}: a summary`);
           assert.match(c.duration || "", /\d/, `${c.href}: a duration`);
         }
+        const guide = await page.$("a[href='guide.html']");
+        assert.equal(Boolean(guide), ed.name === "instructor", `${rel}: the instructor guide is linked from the instructor edition only`);
         await checkCommon(rel, page, problems);
       } finally {
         await page.close();
       }
     });
+
+    ed.deep.forEach((file) => {
+      const rel = ed.prefix + file;
+      test(rel, async () => {
+        const { page, problems } = await openPage(rel);
+        try {  // back to its lesson, on to the next
+          const own = ed.lessons.find((f) => f.slice(0, 2) === file.slice(0, 2)) ?? null;
+          const next = ed.lessons.find((f) => f.slice(0, 2) > file.slice(0, 2)) ?? null;
+          assert.equal(await navHref(page, "nav-prev"), own, `${rel}: back to its lesson`);
+          assert.equal(await navHref(page, "nav-next"), next, `${rel}: on to the next lesson`);
+          const nbHref = await page.$eval("a.download", (a) => a.href);
+          assert.ok(nbHref.endsWith(file.replace(/\.html$/, ".ipynb")), `${rel}: download link ${nbHref}`);
+          await checkCommon(rel, page, problems);
+        } finally {
+          await page.close();
+        }
+      });
+    });
+
+    if (ed.name === "instructor") {
+      test(`${ed.prefix}guide.html`, async () => {
+        const rel = `${ed.prefix}guide.html`;
+        const { page, problems } = await openPage(rel);
+        try {
+          assert.match(await page.textContent("article.guide h1"), /Instructor guide/);
+          assert.ok((await page.$$("article.guide h2")).length >= ed.lessons.length, `${rel}: a section per lesson`);
+          await checkCommon(rel, page, problems);
+        } finally {
+          await page.close();
+        }
+      });
+    }
 
     ed.lessons.forEach((file, i) => {
       const rel = ed.prefix + file;
@@ -269,30 +308,6 @@ for (const ed of EDITIONS) {
             await (await d.$("summary")).click();
             await page.waitForFunction((e) => e.open, d);
             assert.equal(await body.isVisible(), true, `${rel}: solution ${k + 1} hidden after the click`);
-          }
-
-          // instructor notes: only in the instructor edition, and none of their text in the learner page
-          // each note as its phrases of 20+ characters (math and code taken out: they read differently)
-          const notes = await page.$$eval(".instructor-note", (ns) => ns.map((n) => {
-            const c = n.cloneNode(true);
-            c.querySelectorAll(".instructor-label, .katex, pre, code").forEach((e) => e.replaceWith("\n"));
-            return c.textContent.split(/\n/).map((s) => s.replace(/\s+/g, " ").trim()).filter((s) => s.length >= 20);
-          }));
-          if (ed.name === "learner") {
-            assert.equal(notes.length, 0, `${rel}: instructor notes in the learner page`);
-          } else if (notes.length) {
-            const learner = await openPage(file);
-            try {
-              const text = await learner.page.evaluate(() => document.body.textContent.replace(/\s+/g, " "));
-              for (const phrases of notes) {
-                // a note leaks if all its phrases are on the learner page (one may quote the lesson)
-                if (phrases.length && phrases.every((p) => text.includes(p))) {
-                  assert.fail(`${file}: the learner page shows the instructor note "${phrases[0]}"`);
-                }
-              }
-            } finally {
-              await learner.page.close();
-            }
           }
 
           await checkCommon(rel, page, problems);
