@@ -25,7 +25,7 @@ COLORS = {
 
 #: How each provider is named in tables and legends, the same in every lesson.
 LABELS = {
-    "copy": "copy (the ceiling)",
+    "copy": "copy (y.copy_(x))",
     "torch_naive": "naive PyTorch (01)",
     "torch_softmax": "torch.softmax",
     "torch_compile": "torch.compile(naive)",
