@@ -80,8 +80,17 @@ def test_a_target_exported_from_two_notebooks_is_refused(tmp_path):
     cell = {"cell_type": "code", "source": "#| export: helpers/kernels/x.py\nA = 1\n", "metadata": {}, "outputs": []}
     for name in ("03_a.ipynb", "04_b.ipynb"):
         (tmp_path / "notebooks" / name).write_text(json.dumps({"cells": [cell]}))
-    with pytest.raises(ValueError, match="one notebook per module"):
+    with pytest.raises(ValueError, match="one lesson"):
         export.modules(tmp_path)
+
+
+def test_a_lesson_and_its_deep_dive_export_one_module_in_order(tmp_path):
+    (tmp_path / "notebooks").mkdir()
+    for name, line in (("03_a.ipynb", "KERNEL = 1"), ("03d_a_in_depth.ipynb", "WRAPPER = 2")):
+        cell = {"cell_type": "code", "source": f"#| export: helpers/kernels/x.py\n{line}\n", "metadata": {}, "outputs": []}
+        (tmp_path / "notebooks" / name).write_text(json.dumps({"cells": [cell]}))
+    text = export.modules(tmp_path)["helpers/kernels/x.py"]
+    assert text.index("KERNEL = 1") < text.index("WRAPPER = 2")
 
 
 def _imports(path: Path) -> set[str]:
