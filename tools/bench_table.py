@@ -5,7 +5,10 @@
                      copy, its host µs per call, and the best peer of each cell in each timing;
 - `bench-targets`:   issue #11's targets checked cell by cell on both GPUs (met, or missed by how much);
 - `bench-agreement`: each GPU's sweep against its previous one, cell by cell (run-to-run agreement);
-- `bench-backward`, `bench-attention`: the backward and attention sweeps' headline numbers.
+- `bench-backward`, `bench-attention`: the backward and attention sweeps' headline numbers;
+- `bench-sampling`: lesson 09's `softmax_topk` and `sample` against PyTorch's and the one-read floor.
+
+Each table names its recording in one line (GPU, driver, versions, date, commit); the CSV's header says the rest.
 
 Usage: python tools/bench_table.py [--check]   (--check: exit 1 if a file is out of date)
 """
@@ -20,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from helpers.gpu_data import previous_bench, provenance_line, read_csv, sweep_agreement  # noqa: E402
+from helpers.gpu_data import previous_bench, read_csv, sweep_agreement  # noqa: E402
 
 DATA = ROOT / "figures" / "data"
 GPUS = ("h100", "h200")
@@ -59,27 +62,42 @@ def kind(M: int, N: int) -> str:
     return "held out" if (M, N) in HELD_OUT else "long rows" if (M, N) in LONG else ""
 
 
+def one_line(meta: dict) -> str:
+    """A recording in one line: GPU, driver, versions, the date and commit of its first run (before any note in
+    parentheses: the CSV's header says which cells were re-run, when and how)."""
+    first = lambda key: str(meta.get(key, "?")).split(" (")[0]  # noqa: E731
+    later = " (some cells re-run later: the CSV's header says which)" if " (" in str(meta.get("date", "")) else ""
+    return (f"{meta.get('gpu', '?')}, driver {first('driver')}, torch {first('torch')}, Triton {first('triton')}, "
+            f"{first('date')}, commit {first('commit')}{later}")
+
+
 def table() -> str:
-    out = []
-    for gpu in GPUS:
-        by, meta = cells(gpu)
-        out += [f"**{meta['gpu']}** — {provenance_line(meta)}", "",
-                "| dtype | M × N | | **softmax**, GPU time | eager | host µs | best peer, GPU time | best peer, eager |",
-                "|---|---|---|---:|---:|---:|---|---|"]
-        for (d, M, N), p in by.items():
+    """The two GPUs side by side: softmax's fraction of copy (GPU time, eager) and host µs, and the best peer's GPU time."""
+    rec = {gpu: cells(gpu) for gpu in GPUS}
+    names = {gpu: rec[gpu][1]["gpu"].replace("NVIDIA ", "").replace(" 80GB HBM3", "") for gpu in GPUS}
+    out = [" · ".join(f"**{names[g]}**: {one_line(rec[g][1]).split(', ', 1)[1]} (`figures/data/bench_{g}.csv`)"
+                      for g in GPUS), "",
+           "| dtype | M × N | | " + " | ".join(f"{names[g]}: **softmax**, GPU time | eager | host µs | best peer, GPU time"
+                                            for g in GPUS) + " |",
+           "|---|---|---|" + "---:|---:|---:|---|" * len(GPUS)]
+    for key in rec[GPUS[0]][0]:
+        d, M, N = key
+        parts = []
+        for gpu in GPUS:
+            p = rec[gpu][0].get(key, {})
             s = p.get("softmax")
             if s is None or not _ok(s):
+                parts.append("– | – | – | –")
                 continue
             g, gv = best_peer(p, "graph_frac")
-            e, ev = best_peer(p, "frac_of_copy")
-            out.append(f"| {d} | {M}×{N} | {kind(M, N)} | **{s['graph_frac']:.2f}** | {s['frac_of_copy']:.2f} | "
-                       f"{s['host_us']:.1f} | {gv:.2f} ({SHORT[g]}) | {ev:.2f} ({SHORT[e]}) |")
-        out.append("")
-    out.append("Fractions of copy: `y.copy_(x)` on the same tensor, timed the same way in the same run, over the "
-               "provider's time (1.0 = as fast as a copy). GPU time: `do_bench_cudagraph`; eager: `do_bench`, "
-               "a Python loop of calls with L2 cleared before each; host µs: one call's Python and launch path. "
-               "Peers: `torch.softmax`, `torch.compile` of the naive five-op function, the official Triton "
-               "tutorial's kernel and wrapper, Liger-Kernel 0.8.5. *held out*: shapes no configuration was tuned on.")
+            parts.append(f"**{s['graph_frac']:.2f}** | {s['frac_of_copy']:.2f} | {s['host_us']:.1f} | "
+                         + (f"{gv:.2f} ({SHORT[g]})" if g else "–"))
+        out.append(f"| {short_dtype(d)} | {M}×{N} | {kind(M, N)} | " + " | ".join(parts) + " |")
+    out += ["", "Fractions of copy: `y.copy_(x)` on the same tensor, timed the same way in the same run, over the "
+            "provider's time (1.0 = as fast as a copy). GPU time: `do_bench_cudagraph`; eager: `do_bench`, "
+            "a Python loop of calls with L2 cleared before each; host µs: one call's Python and launch path. "
+            "Peers: `torch.softmax`, `torch.compile` of the naive five-op function, the official Triton "
+            "tutorial's kernel and wrapper, Liger-Kernel 0.8.5. *held out*: shapes no configuration was tuned on."]
     return "\n".join(out)
 
 
@@ -140,12 +158,11 @@ def agreement() -> str:
             continue
         r = sweep_agreement(b, a)  # `softmax` and `split_coop`: their tuned configurations change between sweeps
         outside = [f"{k[3]} {short_dtype(k[0])} {k[1]}×{k[2]} ({d:+.0%})" for k, d in r["outside"]]
-        out.append(f"{mb['gpu'].replace('NVIDIA ', '')}, sweeps at commits {ma['commit']} ({ma['date'][:10]}) and "
-                   f"{mb['commit']} ({mb['date'][:10]}), GPU time of every cell of the providers whose code and "
-                   f"configuration did not change between them (all but `softmax` and `split_coop`, whose tuned "
-                   f"configurations did): **{r['within']} of {r['cells']} cells agree within 5%**, "
-                   f"median difference {r['median']:.1%}. Outside 5%: {', '.join(outside) or 'none'}.")
-    return "\n\n".join(out)
+        first = lambda m: str(m["commit"]).split(" (")[0]  # noqa: E731
+        out.append(f"- {mb['gpu'].replace('NVIDIA ', '')}, sweeps at {first(ma)} and {first(mb)} "
+                   f"({ma['date'][:10]}, {mb['date'][:10]}): **{r['within']} of {r['cells']} cells agree within 5%** "
+                   f"(median difference {r['median']:.1%}). Outside 5%: {', '.join(outside) or 'none'}.")
+    return "\n".join(out)
 
 
 def backward() -> str:
@@ -204,6 +221,30 @@ def attention() -> str:
     return "\n".join(lines)
 
 
+def sampling() -> str:
+    """Per GPU and dtype: `softmax_topk(x, 50)` and `sample` (temperature 0.7, top-k 50, top-p 0.9) in µs of GPU time at
+    M = 1 and 8, as fractions of one read at M = 64 and 256, and the faster of PyTorch's versions beside each
+    (cells whose rounds spread over 10% left out of the ranges)."""
+    lines = ["| GPU | dtype | `softmax_topk`, µs at M ≤ 8 | PyTorch's softmax + top-k | `softmax_topk`, of one read at "
+             "M ≥ 64 | PyTorch's | `sample`, µs at M ≤ 8 | Hugging Face's chain |", "|---|---|---|---|---|---|---|---|"]
+    for gpu in GPUS:
+        rows, meta = read_csv(DATA / f"sampling_{gpu}.csv")
+        ok = [r for r in rows if _ok(r, "graph_us") and float(r.get("graph_spread") or 0) <= 0.10]
+        for d in ("float32", "bfloat16"):
+            def rng(providers, key, few):
+                v = [float(r[key]) for r in ok if r["dtype"] == d and r["provider"] in providers and (r["M"] <= 8) == few]
+                return f"{min(v):.{1 if key == 'graph_us' else 3}f}–{max(v):.{1 if key == 'graph_us' else 3}f}" if v else "–"
+            torch_topk = ("torch_softmax_topk", "compile_softmax_topk")
+            lines.append(f"| {meta['gpu'].replace('NVIDIA ', '')} | {d} | {rng(('course_softmax_topk',), 'graph_us', True)} | "
+                         f"{rng(torch_topk, 'graph_us', True)} | {rng(('course_softmax_topk',), 'frac_of_one_read', False)} | "
+                         f"{rng(torch_topk, 'frac_of_one_read', False)} | {rng(('course_sample',), 'graph_us', True)} | "
+                         f"{rng(('torch_hf_sample', 'compile_hf_sample'), 'graph_us', True)} |")
+    lines += ["", "One read: half the copy's time (a copy reads and writes). Shapes: M = 1, 8, 64, 256 rows of N = 32000, "
+              "128256, 151936, 256000 logits. " + "; ".join(f"{g.upper()}: {one_line(read_csv(DATA / f'sampling_{g}.csv')[1])}"
+                                                           for g in GPUS) + "."]
+    return "\n".join(lines)
+
+
 def fill_text(src: str, text: str, marker: str) -> str:
     return re.sub(rf"(<!-- {marker}:start -->\n).*?(<!-- {marker}:end -->)", lambda m: m.group(1) + text + "\n" + m.group(2),
                   src, flags=re.S)
@@ -211,7 +252,7 @@ def fill_text(src: str, text: str, marker: str) -> str:
 
 def main(argv) -> int:
     blocks = {"bench-table": table(), "bench-targets": targets(), "bench-agreement": agreement(),
-              "bench-backward": backward(), "bench-attention": attention()}
+              "bench-backward": backward(), "bench-attention": attention(), "bench-sampling": sampling()}
     stale = []
     for name in ("README.md", "PERFORMANCE.md"):
         p = ROOT / name

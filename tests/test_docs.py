@@ -1,0 +1,26 @@
+"""The repository's own documents: PERFORMANCE.md is where things stand (at most 300 lines, no lab journal), and the
+tables it shares with the README are what tools/bench_table.py generates from figures/data/ today."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_performance_md_is_short_and_current():
+    text = (ROOT / "PERFORMANCE.md").read_text()
+    assert len(text.splitlines()) <= 300, "PERFORMANCE.md holds where things stand, in at most 300 lines"
+    journal = re.findall(r"(?i)\bsessions?\b|\bwip/|tried, not kept|\bscratch\b", text)
+    assert not journal, f"the journal belongs in git history, not PERFORMANCE.md: {sorted(set(journal))}"
+    for marker in ("bench-table", "bench-targets", "bench-backward", "bench-attention", "bench-sampling"):
+        assert f"<!-- {marker}:start -->" in text, marker
+
+
+def test_generated_tables_match_the_recordings():
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "bench_table.py"), "--check"], capture_output=True, text=True,
+                       cwd=ROOT, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
