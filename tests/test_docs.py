@@ -24,3 +24,12 @@ def test_generated_tables_match_the_recordings():
     r = subprocess.run([sys.executable, str(ROOT / "tools" / "bench_table.py"), "--check"], capture_output=True, text=True,
                        cwd=ROOT, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_every_tool_is_named_in_the_docs():
+    """tools/ holds what a user or maintainer runs, each named in docs/CONVENTIONS.md's table (one-off probes are
+    deleted: git history keeps them)."""
+    conventions = (ROOT / "docs" / "CONVENTIONS.md").read_text()
+    tools = sorted(p.relative_to(ROOT / "tools").as_posix() for p in (ROOT / "tools").rglob("*.py"))
+    unnamed = [t for t in tools if f"`{t}`" not in conventions and f"`{Path(t).name}`" not in conventions]
+    assert not unnamed, f"name these in docs/CONVENTIONS.md's Tools table, or delete them: {unnamed}"

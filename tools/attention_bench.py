@@ -12,7 +12,7 @@ tensor-descriptor kernel where ``tma_config`` names a tile), ``course_pointer`` 
 forced, at ``attention_config``'s tile: the kernel the descriptor one replaces), ``course_g1`` (causal,
 S >= ``TUTORIAL_MIN_S``: the course's kernel with its programs in head order, ``group=1``, the order
 before ``heads_per_group``'s groups), ``tutorial`` (the
-official Triton tutorial's forward, autotuned, ``tools/attention_tutorial.py``; S >= ``TUTORIAL_MIN_S``,
+official Triton tutorial's forward, autotuned, ``tools/vendored/attention_tutorial.py``; S >= ``TUTORIAL_MIN_S``,
 16-bit, Hopper; its configurations are compiled first by ``TUTORIAL_WORKERS`` processes at once),
 ``sdpa`` (PyTorch picks the backend), ``sdpa_cudnn``/``sdpa_flash``/``sdpa_efficient`` (one backend each; one that refuses the
 inputs is recorded as ``refused: ...``) and ``naive`` (the scores materialised; S <= 8192 and only
@@ -36,6 +36,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # helpers, from this checkout
+sys.path.insert(0, str(ROOT / "tools" / "vendored"))  # attention_tutorial: the Triton tutorial's forward, a peer
 
 import helpers  # noqa: E402,F401  (first: interpreter or GPU)
 import torch  # noqa: E402
@@ -94,7 +95,7 @@ def provider_fn(name: str, q, k, v, causal: bool):
         call = _launcher(attention_plan(q, k, v, causal, group=1), q, k, v)
         return lambda: call(q, k, v)
     if name == "tutorial":
-        import attention_tutorial  # tools/attention_tutorial.py
+        import attention_tutorial  # tools/vendored/attention_tutorial.py
 
         scale = 1.0 / math.sqrt(q.shape[-1])
         return lambda: attention_tutorial.tutorial_forward(q, k, v, causal, scale)

@@ -1,5 +1,5 @@
 """The forward of the official Triton fused-attention tutorial, for measurement beside the course's
-kernel (tools/attention_bench.py, provider ``tutorial``). Not part of the course.
+kernel (tools/attention_bench.py, provider ``tutorial``). Not part of the course: vendored peer code.
 
 Source: python/tutorials/06-fused-attention.py of https://github.com/triton-lang/triton, as of
 Triton 3.4-3.6 (tensor descriptors, autotuned configurations, warp specialization on Hopper for the
