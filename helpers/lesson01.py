@@ -4,6 +4,7 @@ the roofline of the recorded GPU (``figures/data/device_props.csv``), figures an
 from __future__ import annotations
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from . import data, plots
 from .exercises import Wrong, call_attempt, check, expect_close, fmt, same_values
@@ -128,6 +129,37 @@ FIGURES = {"01_naive_traffic": plot_naive_traffic, "01_roofline": plot_roofline}
 # Exercise checkers: each prints one line (correct / not yet / wrong) and never raises.
 
 
+class _TorchCalls(TorchFunctionMode):
+    """While active (``with _TorchCalls() as calls:``), records in ``calls.names`` the name of every torch
+    function called: ``torch.softmax``, ``F.softmax``, ``Tensor.softmax`` and ``nn.Softmax`` all arrive as
+    "softmax", ``torch.special.softmax`` as "special_softmax"."""
+
+    def __init__(self):
+        super().__init__()
+        self.names: set[str] = set()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.names.add(getattr(func, "__name__", ""))
+        return func(*args, **(kwargs or {}))
+
+
+#: PyTorch's own softmax, under the names it reaches ``_TorchCalls`` by (exercise 1.1 rules them out).
+_READY_MADE = {"softmax": "softmax", "_softmax": "softmax", "special_softmax": "softmax",
+               "log_softmax": "log_softmax", "_log_softmax": "log_softmax", "special_log_softmax": "log_softmax"}
+
+
+def _call_without_softmax(softmax_1d, x):
+    """``call_attempt(softmax_1d, x)``, wrong if the learner's function called PyTorch's softmax."""
+    with _TorchCalls() as calls:
+        got = call_attempt(softmax_1d, x)
+    used = sorted({_READY_MADE[n] for n in calls.names if n in _READY_MADE})
+    if used:
+        name = used[0]
+        raise Wrong(f"your function calls PyTorch's own {name} (torch.{name}, F.{name} or x.{name}()), which this "
+                    "exercise rules out: write softmax yourself from exp, sum and divide")
+    return got
+
+
 def _trial_1_1(softmax_1d) -> str:
     torch.manual_seed(0)
     cases = [torch.tensor([1.0, 2.0, 3.0]), torch.tensor([0.0, 0.0]), torch.tensor([5.0]),
@@ -135,7 +167,7 @@ def _trial_1_1(softmax_1d) -> str:
     worst = 0.0
     for x in cases:
         before = x.clone()
-        got = call_attempt(softmax_1d, x)
+        got = _call_without_softmax(softmax_1d, x)
         if not torch.equal(x, before):
             raise Wrong(f"your function changed its input {fmt(before)}: compute into a new tensor instead")
         try:
@@ -175,17 +207,45 @@ def three_op_traffic_answer(M: int, N: int) -> tuple[int, int]:
     return 3 * M * N + M, 2 * M * N + M
 
 
+#: Plausible wrong counts of exercise 1.2 (function of M and N, the hint that names the mistake).
+THREE_OP_MISTAKES = [
+    (lambda M, N: (3 * M * N, 2 * M * N + M),
+     "the divide also reads the M sums (one per row) that the sum wrote: they come back from DRAM too"),
+    (lambda M, N: (3 * M * N + M, 2 * M * N),
+     "the sum writes its M results (one per row) to DRAM, where the divide reads them back"),
+    (lambda M, N: (3 * M * N, 2 * M * N),
+     "the M row sums go through DRAM: the sum writes them (M writes) and the divide reads them back (M reads)"),
+    (lambda M, N: (4 * M * N, 2 * M * N + M),
+     "the divide reads each row's sum once, M values in all: denominator[:, None] is a view, not an M x N tensor"),
+    (lambda M, N: (3 * M * N + 2 * M, 2 * M * N + 2 * M),
+     "denominator[:, None] is a view, not a kernel: it reads and writes nothing (the divide reads the M sums)"),
+    (lambda M, N: (2 * M * N + M, 2 * M * N + M),
+     "every kernel reads its inputs from DRAM, even what the kernel before it just wrote: the sum and the divide "
+     "each read the whole numerator"),
+    (lambda M, N: (2 * M * N + M, 3 * M * N + M), "you swapped the reads and the writes: return (reads, writes)"),
+    (lambda M, N: (5 * M * N + 2 * M, 3 * M * N + 2 * M),
+     "that is the count of the five-line version: without the max and the subtraction there are three lines"),
+    (lambda M, N: (4 * (3 * M * N + M), 4 * (2 * M * N + M)), "count elements, not bytes"),
+]
+
+
 def _trial_1_2(three_op_traffic) -> str:
-    for M, N in ((1, 1), (2, 3), (7, 5), (4096, 1024)):
+    shapes = ((1, 1), (2, 3), (7, 5), (4096, 1024))
+    answers = []
+    for M, N in shapes:
         got = call_attempt(three_op_traffic, M, N)
         if not isinstance(got, (tuple, list)) or len(got) != 2:
             raise Wrong(f"return a pair (reads, writes), got {type(got).__name__} {fmt(got)}")
-        reads, writes = got
+        answers.append(tuple(got))
+    for (M, N), (reads, writes) in zip(shapes, answers):
         want_r, want_w = three_op_traffic_answer(M, N)
         bad = [name for name, g, w in (("reads", reads, want_r), ("writes", writes, want_w)) if g != w]
         if bad:
+            hint = next((h for fn, h in THREE_OP_MISTAKES if all(tuple(fn(m, n)) == a for (m, n), a in
+                                                                  zip(shapes, answers))),
+                        "count each of the three lines as the max and the subtraction were counted above")
             raise Wrong(f"for M={M}, N={N} you returned (reads, writes) = ({reads}, {writes}); the "
-                        f"{' and the '.join(bad)} are off: count each of the three lines as in the table above")
+                        f"{' and the '.join(bad)} are off: {hint}")
     return "3MN + M reads, 2MN + M writes"
 
 

@@ -254,7 +254,13 @@ def _trial_shifting(attempt, cases, reference, mistakes, describe, compare) -> d
     for args in cases:
         x = args[0]
         before = x.clone()
-        got = call_attempt(attempt, *args)
+        try:
+            got = call_attempt(attempt, *args)
+        except IndexError as e:
+            if x.dim() == 1 and "dimension out of range" in str(e).lower():
+                raise Wrong(f"on input {describe(*args)} your code raised IndexError ({e}): a 1-D row has no dim=1; "
+                            "the last dimension is dim=-1, whatever the number of dimensions") from None
+            raise
         if not torch.equal(x, before):
             raise Wrong(f"your function changed its input {fmt(before)}: compute into a new tensor instead")
         try:
@@ -351,6 +357,10 @@ def _softmax_t_with(shift, scale=lambda x, T: x / T):
 
 _TEMP_FIX = "compute z = x / T, then subtract each row's maximum of z before exp"
 
+#: The hint for a softmax taken over the columns (dim=0) where the exercise asks for the rows.
+_OVER_COLUMNS = ("you took the max and the sum over dim=0, down each column: softmax over the rows runs along the "
+                 "last dimension, dim=-1 (dim=1 on a matrix); a softmax over the columns is a different function")
+
 #: Plausible wrong answers of exercise 2.2 (name, function, the hint that names the mistake).
 TEMPERATURE_MISTAKES = [
     ("x * T", _softmax_t_with(_row_max, lambda x, T: x * T),
@@ -360,6 +370,7 @@ TEMPERATURE_MISTAKES = [
     ("no shift", _softmax_t_with(_no_shift),
      "exp(x / T) overflows when T is small or x large (inf / inf = NaN): " + _TEMP_FIX),
     *_shift_mistakes(_softmax_t_with, "z", _TEMP_FIX, ": ", "0 / 0 = NaN"),
+    ("over the columns", lambda x, T: torch.softmax(x / T, dim=0), _OVER_COLUMNS),
 ]
 
 
@@ -428,6 +439,7 @@ LOG_SOFTMAX_MISTAKES = [
     ("log of softmax", lambda x: torch.log(torch.softmax(x.float(), dim=-1)).to(x.dtype), _LOG_OF_SOFTMAX),
     ("log of softmax, in the input's dtype", lambda x: torch.log(torch.softmax(x, dim=-1)), _LOG_OF_SOFTMAX),
     *_shift_mistakes(_log_softmax_with, "x", _LOG_FIX, ": ", "log 0 = -inf"),
+    ("over the columns", lambda x: torch.log_softmax(x, dim=0), _OVER_COLUMNS),
 ]
 
 

@@ -150,7 +150,7 @@ def test_checker_catches_input_modification(capsys, ex):
 
 def test_checker_1_2_names_what_is_off(capsys):
     line = _run(capsys, lesson01.check_1_2, lambda M, N: (3 * M * N + M, 2 * M * N))
-    assert "the writes are off" in line and "reads" not in line.split("the writes")[1], line
+    assert "the writes are off" in line and "the reads are off" not in line and "the reads and" not in line, line
     line = _run(capsys, lesson01.check_1_2, lambda M, N: 7)
     assert "return a pair (reads, writes)" in line, line
 
@@ -710,22 +710,124 @@ def test_checker_1_1_wrong_answers(capsys, name):
     assert "): wrong: " in line and hint in line, line
 
 
-@pytest.mark.parametrize("fn, off", [
-    (lambda M, N: (3 * M * N, 2 * M * N + M), "the reads are off"),          # the sum's M outputs not read back
-    (lambda M, N: (3 * M * N + M, 2 * M * N), "the writes are off"),          # the sum's M outputs not written
-    (lambda M, N: (2 * M * N + M, 2 * M * N + M), "the reads are off"),       # x read once, not twice
-    (lambda M, N: (5 * M * N + 2 * M, 3 * M * N + 2 * M), "the reads and the writes are off"),  # the 5-op count
-])
-def test_checker_1_2_wrong_answers(capsys, fn, off):
+@pytest.mark.parametrize("fn", [
+    lambda x: torch.softmax(x, -1),
+    lambda x: torch.softmax(x, dim=0),
+    lambda x: torch.nn.functional.softmax(x, dim=-1),
+    lambda x: x.softmax(-1),
+    lambda x: torch.nn.Softmax(dim=-1)(x),
+    lambda x: torch.special.softmax(x, 0),
+    lambda x: torch.exp(torch.log_softmax(x, -1)),
+    lambda x: torch.softmax(x, -1) + 1e-3,  # wrong and ready-made: the rule comes first
+], ids=["torch.softmax", "torch.softmax dim=0", "F.softmax", "Tensor.softmax", "nn.Softmax", "special.softmax",
+        "exp of log_softmax", "wrong too"])
+def test_checker_1_1_rejects_pytorchs_own_softmax(capsys, fn):
+    line = _run(capsys, lesson01.check_1_1, fn)
+    assert "): wrong: your function calls PyTorch's own" in line, line
+    assert "write softmax yourself from exp, sum and divide" in line, line
+
+
+@pytest.mark.parametrize("fn", [
+    softmax_1d_right,
+    lambda x: x.exp() / x.exp().sum(),
+    lambda x: torch.exp(x - x.max()) / torch.exp(x - x.max()).sum(),
+    lambda x: torch.div(torch.exp(x), torch.sum(torch.exp(x), dim=-1, keepdim=True)),
+    lambda x: helpers.naive_softmax(x.clone()),
+], ids=["exp/sum", "methods", "shifted", "torch.div", "via helpers"])
+def test_checker_1_1_right_answers(capsys, fn):
+    assert "): correct" in _run(capsys, lesson01.check_1_1, fn)
+
+
+def test_checker_1_1_watch_ends_with_the_call(capsys):
+    """The check for PyTorch's softmax watches the learner's call only: the checker's own softmax and what the
+    notebook runs afterwards are not counted, and the watch is gone once the checker returns."""
+    assert "): wrong: your function calls" in _run(capsys, lesson01.check_1_1, lambda x: torch.softmax(x, -1))
+    assert "): correct" in _run(capsys, lesson01.check_1_1, softmax_1d_right)
+    modes = getattr(torch.overrides, "_get_current_function_mode_stack", None)  # private: checked where it exists
+    assert modes is None or not modes()
+
+
+#: Exercise 1.2's plausible wrong counts: the hint each must show.
+THREE_OP_WRONG = {
+    "divide_skips_the_sums": (lambda M, N: (3 * M * N, 2 * M * N + M), "the reads are off",
+                              "the divide also reads the M sums"),
+    "sum_writes_nothing": (lambda M, N: (3 * M * N + M, 2 * M * N), "the writes are off",
+                           "the sum writes its M results"),
+    "sums_never_in_dram": (lambda M, N: (3 * M * N, 2 * M * N), "the reads and the writes are off",
+                           "the M row sums go through DRAM"),
+    "broadcast_read_as_MN": (lambda M, N: (4 * M * N, 2 * M * N + M), "the reads are off",
+                             "denominator[:, None] is a view, not an M x N tensor"),
+    "broadcast_as_a_kernel": (lambda M, N: (3 * M * N + 2 * M, 2 * M * N + 2 * M), "the reads and the writes are off",
+                              "denominator[:, None] is a view, not a kernel"),
+    "numerator_read_once": (lambda M, N: (2 * M * N + M, 2 * M * N + M), "the reads are off",
+                            "every kernel reads its inputs from DRAM"),
+    "swapped": (lambda M, N: (2 * M * N + M, 3 * M * N + M), "the reads and the writes are off",
+                "you swapped the reads and the writes"),
+    "five_op_count": (lambda M, N: (5 * M * N + 2 * M, 3 * M * N + 2 * M), "the reads and the writes are off",
+                      "the count of the five-line version"),
+    "bytes": (lambda M, N: (4 * (3 * M * N + M), 4 * (2 * M * N + M)), "the reads and the writes are off",
+              "count elements, not bytes"),
+    "something_else": (lambda M, N: (3 * M * N + M, M * N), "the writes are off",
+                       "count each of the three lines as the max and the subtraction were counted above"),
+}
+
+
+@pytest.mark.parametrize("name", THREE_OP_WRONG)
+def test_checker_1_2_wrong_answers(capsys, name):
+    fn, off, hint = THREE_OP_WRONG[name]
     line = _run(capsys, lesson01.check_1_2, fn)
-    assert "): wrong: " in line and off in line, line
+    assert "): wrong: " in line and off in line and hint in line, line
+
+
+@pytest.mark.parametrize("fn", [three_op_right, lambda M, N: [3 * M * N + M, 2 * M * N + M],
+                                lambda M, N: (M * (3 * N + 1), M * (2 * N + 1))])
+def test_checker_1_2_right_answers(capsys, fn):
+    assert "): correct" in _run(capsys, lesson01.check_1_2, fn)
+
+
+def _temperature_over(dim, shift=True):
+    def f(x, T):
+        z = x / T
+        if shift:
+            z = z - z.max(dim=dim, keepdim=True).values
+        e = torch.exp(z)
+        return e / e.sum(dim=dim, keepdim=True)
+    return f
+
+
+_COLUMNS_HINT = "softmax over the rows runs along the last dimension, dim=-1 (dim=1 on a matrix)"
+
+
+@pytest.mark.parametrize("fn", [_temperature_over(0), lambda x, T: torch.softmax(x / T, dim=0)],
+                         ids=["by hand", "torch.softmax"])
+def test_checker_2_2_over_the_columns(capsys, fn):
+    line = _run(capsys, lesson02.check_2_2, fn)
+    assert "): wrong: " in line and "over dim=0, down each column" in line and _COLUMNS_HINT in line, line
+
+
+def test_checker_2_2_dim_1_on_a_row(capsys):
+    line = _run(capsys, lesson02.check_2_2, _temperature_over(1))
+    assert "): wrong: " in line and "IndexError" in line and "the last dimension is dim=-1" in line, line
+
+
+@pytest.mark.parametrize("fn", [temperature_right, _temperature_over(-1), lambda x, T: torch.softmax(x / T, dim=-1),
+                                lambda x, T: helpers.stable_softmax(x / T)])
+def test_checker_2_2_right_answers(capsys, fn):
+    assert "): correct" in _run(capsys, lesson02.check_2_2, fn)
+
+
+def test_checker_2_3_over_the_columns(capsys):
+    line = _run(capsys, lesson02.check_2_3, lambda x: torch.log_softmax(x, dim=0))
+    assert "): wrong: " in line and _COLUMNS_HINT in line, line
+    line = _run(capsys, lesson02.check_2_3, lambda x: torch.log_softmax(x, dim=1))
+    assert "): wrong: " in line and "the last dimension is dim=-1" in line, line
 
 
 def test_no_checker_of_lessons_01_02_says_the_same_for_expected_and_got(capsys):
     """A wrong answer's line never shows one rendering as both the expected and the got value."""
     import re
 
-    attempts = [(lesson01.check_1_1, lambda x: torch.softmax(x, -1) + 1e-5),
+    attempts = [(lesson01.check_1_1, lambda x: softmax_1d_right(x) + 1e-5),
                 (lesson02.check_2_1, lambda x: torch.logsumexp(x, -1) + 1e-3),
                 (lesson02.check_2_3, lambda x: torch.log_softmax(x, -1) + 1e-4),
                 (lesson02.check_2_4, lambda x, m: masked_right(x, m) * 1.0001)]
