@@ -99,7 +99,9 @@ def float16_row_sweep(lo: float = 8.0, hi: float = 12.0) -> dict:
 
 def plot_float16_overflow():
     """Left: exp(x) in float16 against the exact value, and where it overflows. Right: the largest
-    probability of softmax([x-2, x-1, x]) in float16, naive and stable, with the three regimes."""
+    probability of softmax([x-2, x-1, x]) in float16, naive and stable, with the three regimes. inf and
+    NaN are not values: each is marked on a band of its own above its panel, off the value axis."""
+    import matplotlib.pyplot as plt
     import numpy as np
 
     d = float16_row_sweep(8.0, 12.0)
@@ -108,37 +110,52 @@ def plot_float16_overflow():
     # The sum exp(x-2) + exp(x-1) + exp(x) = exp(x) (1 + 1/e + 1/e^2) overflows first.
     sum_over = ln_max - math.log(1 + math.exp(-1) + math.exp(-2))
 
-    fig, (ax1, ax2) = plots.new_figure(9.5, 3.7, ncols=2)
+    fig, axes = plt.subplots(2, 2, figsize=(9.5, 4.2), sharex="col", height_ratios=[1, 5],
+                             constrained_layout=True)
+    (band1, band2), (ax1, ax2) = axes
+
+    def band(ax, where, label, title):
+        """A strip above a panel that marks the x where the value is ``label`` (inf or NaN)."""
+        ax.plot(x[where], np.zeros(where.sum()), "x", ms=3.5, color=plots.COLORS["naive"])
+        ax.set_yticks([0], [label])
+        ax.set_ylim(-1, 1)
+        ax.tick_params(axis="y", length=0, labelcolor=plots.COLORS["naive"])
+        ax.tick_params(axis="x", labelbottom=False)
+        ax.grid(False)
+        ax.set_title(title)
+
     fin = np.isfinite(e16)
+    band(band1, ~fin, "inf", "exp(x) in float16 overflows past x = 11.09")
+    band1.text(8.05, 0, "exp(x) in float16 is inf here:", fontsize=8, va="center")
     ax1.plot(x, np.exp(x), color="#999999", lw=3, label="exact exp(x)")
     ax1.plot(x[fin], e16[fin], ".", ms=2.5, color=plots.COLORS["fused"], label="exp(x) in float16")
-    ax1.plot(x[~fin], np.full((~fin).sum(), 2.2e5), "x", ms=3, color=plots.COLORS["naive"], label="inf in float16")
     ax1.axhline(torch.finfo(torch.float16).max, color="#444444", ls=":", lw=1)
     ax1.text(8.05, 65504 * 1.15, "largest float16: 65504", fontsize=8)
-    ax1.axvline(ln_max, color=plots.COLORS["naive"], ls="--", lw=1)
+    for ax in (band1, ax1):
+        ax.axvline(ln_max, color=plots.COLORS["naive"], ls="--", lw=1)
     ax1.text(ln_max - 0.05, 3e3, f"ln 65504\n= {ln_max:.2f}", fontsize=8, ha="right")
     ax1.set_yscale("log")
     ax1.set_ylim(2e3, 3e5)
     ax1.set_xlabel("x")
-    ax1.set_title("exp(x) in float16 overflows past x = 11.09")
     ax1.legend(loc="upper left", fontsize=8, frameon=False)
 
     ok = np.isfinite(naive)
-    ax2.axvspan(8.0, sum_over, color="#2ca02c", alpha=0.08)
-    ax2.axvspan(sum_over, ln_max, color="#ff7f0e", alpha=0.12)
-    ax2.axvspan(ln_max, 12.0, color="#d62728", alpha=0.12)
+    for ax in (band2, ax2):
+        ax.axvspan(8.0, sum_over, color="#2ca02c", alpha=0.08)
+        ax.axvspan(sum_over, ln_max, color="#ff7f0e", alpha=0.12)
+        ax.axvspan(ln_max, 12.0, color="#d62728", alpha=0.12)
+    band(band2, ~ok, "NaN", "softmax([x-2, x-1, x]) in float16")
+    band2.text(8.05, 0, "naive softmax is NaN here:", fontsize=8, va="center")
     ax2.plot(x, stable, color=plots.COLORS["online"], lw=3, label="stable (max shift)")
     ax2.plot(x[ok], naive[ok], ".", ms=3, color=plots.COLORS["naive"], label="naive")
-    ax2.plot(x[~ok], np.full((~ok).sum(), 0.35), "x", ms=3, color=plots.COLORS["naive"], label="naive is NaN")
     ax2.text((8.0 + sum_over) / 2, 0.45, "correct", ha="center", fontsize=8)
-    ax2.text((sum_over + ln_max) / 2, 0.45, "sum = inf\n→ all 0", ha="center", fontsize=8)
-    ax2.text((ln_max + 12.0) / 2, 0.45, "exp = inf\n→ NaN", ha="center", fontsize=8)
+    ax2.text((sum_over + ln_max) / 2, 0.45, "sum\n= inf:\nall 0", ha="center", fontsize=8)
+    ax2.text((ln_max + 12.0) / 2, 0.45, "exp = inf:\nNaN, on\nthe band above", ha="center", fontsize=8)
     ax2.set_xlim(8.0, 12.0)
     ax2.set_ylim(-0.05, 0.85)
     ax2.set_xlabel("x")
     ax2.set_ylabel("largest probability")
-    ax2.set_title("softmax([x-2, x-1, x]) in float16")
-    ax2.legend(loc="upper left", fontsize=8, frameon=False, ncols=3)
+    ax2.legend(loc="upper left", fontsize=8, frameon=False, ncols=2)
     return fig
 
 

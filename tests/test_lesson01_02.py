@@ -564,6 +564,32 @@ def test_traffic_figure_data():
         plt.close(fig)
 
 
+def test_float16_figure_marks_inf_and_nan_on_bands_not_as_values():
+    """inf and NaN are drawn on a band of their own above each panel, at the x where they occur; the value
+    panels draw finite values only."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    d = lesson02.float16_row_sweep(8.0, 12.0)
+    x, e16, naive = (np.array(d[k]) for k in ("x", "exp", "naive"))
+    fig = lesson02.plot_float16_overflow()
+    try:
+        band_inf, band_nan, ax_exp, ax_p = fig.axes
+        assert [t.get_text() for t in band_inf.get_yticklabels()] == ["inf"]
+        assert [t.get_text() for t in band_nan.get_yticklabels()] == ["NaN"]
+        (inf_marks,) = band_inf.get_lines()[:1]
+        assert np.array_equal(inf_marks.get_xdata(), x[~np.isfinite(e16)])
+        (nan_marks,) = band_nan.get_lines()[:1]
+        assert np.array_equal(nan_marks.get_xdata(), x[np.isnan(naive)]) and np.isnan(naive).any()
+        for ax in (ax_exp, ax_p):
+            for line in ax.get_lines():
+                assert np.isfinite(np.asarray(line.get_ydata(), dtype=float)).all(), line.get_label()
+        lo, hi = ax_p.get_ylim()
+        assert all(lo <= y <= hi for line in ax_p.get_lines() for y in line.get_ydata())  # nothing clipped
+    finally:
+        plt.close(fig)
+
+
 def test_bfloat16_running_sum_stalls_where_torch_sum_does_not(capsys):
     running, summed = lesson02.bfloat16_running_sum(2048, 512)
     assert running == 0.5 and summed == 4.0  # stuck once 1/512 is 1/256 of the running sum
