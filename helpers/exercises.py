@@ -1,11 +1,14 @@
 """Self-checking exercises.
 
-A checker prints exactly one deterministic line and never raises, whatever the learner did:
+A checker prints one deterministic line and never raises, whatever the learner did:
 
     Exercise 1.1 (softmax by hand): correct (max abs error 6.0e-08)
     Exercise 1.1 (softmax by hand): not yet: replace `raise NotImplementedError` with your code
     Exercise 1.1 (softmax by hand): wrong: on input [[1.0, 2.0]] expected [[0.2689, 0.7311]], got [[0.5, 0.5]]
     Exercise 1.1 (softmax by hand): wrong: your code raised ZeroDivisionError: division by zero
+
+A correct Triton kernel checked under the interpreter gets a second line: the bytes it moved, counted
+(``helpers.traffic``), against one pass over its tensors, and the GPU time they predict.
 
 The exercise templates in the notebooks start as ``raise NotImplementedError`` (or return ``...``
 / ``None``), so an untouched notebook runs cleanly from top to bottom.
@@ -32,6 +35,7 @@ class Verdict:
     title: str
     status: str
     detail: str = ""
+    traffic: str = ""  # a correct kernel's traffic line (under the interpreter), printed after the verdict
 
     @property
     def line(self) -> str:
@@ -130,12 +134,15 @@ def check(exercise: str, title: str, attempt, trial: Callable[[object], str | No
     """Run ``trial(attempt)`` and print one verdict line: "correct" (with what ``trial`` returns),
     "not yet" for an attempt that is None/``...`` or raises ``NotImplementedError``, "wrong" with the
     reason of a ``Wrong``, or with the type and message of any other exception."""
+    TRAFFIC.clear()
     if _unattempted(attempt):
         v = Verdict(exercise, title, NOT_YET, "fill in your answer above, then run this cell again")
     else:
         try:
             extra = trial(attempt)
-            v = Verdict(exercise, title, CORRECT, extra or "")
+            from .traffic import learner_line
+
+            v = Verdict(exercise, title, CORRECT, extra or "", learner_line(TRAFFIC) if TRAFFIC else "")
         except NotImplementedError:
             v = Verdict(exercise, title, NOT_YET, "replace `raise NotImplementedError` with your code")
         except Wrong as e:
@@ -145,6 +152,8 @@ def check(exercise: str, title: str, attempt, trial: Callable[[object], str | No
             v = Verdict(exercise, title, WRONG, f"your code raised {type(e).__name__}" + (f": {msg}" if msg else ""))
     if show:
         print(v.line)
+        if v.traffic:
+            print(v.traffic)
     return v
 
 
@@ -343,6 +352,10 @@ def guards_intact(t: torch.Tensor, guard: int = GUARD) -> bool:
 
 OUT_OF_BOUNDS_HINT = "check the masks and the strides"
 
+#: What the learner's kernel launches of the current check moved (under the interpreter): one list a launch of
+#: ``(bytes of the tensor, bytes read from it, bytes written to it, is an output)``.
+TRAFFIC: list = []
+
 
 def run_learner_kernel(kernel, grid, *args, outputs=(), timeout: float | None = None, **kwargs) -> None:
     """``kernel[grid](*args, **kwargs)`` in the worker process (``helpers.sandbox``; pass every tensor the
@@ -371,6 +384,9 @@ def run_learner_kernel(kernel, grid, *args, outputs=(), timeout: float | None = 
         if not guards_intact(t):
             raise Wrong("your kernel wrote past the end of its output (into memory just outside it): "
                         "does tl.store have mask=... for the padding lanes?")
+    if sandbox.LAST_TRAFFIC:
+        TRAFFIC.append([(t.numel() * t.element_size(), r, w, any(t is o for o in outputs))
+                        for t, r, w in sandbox.LAST_TRAFFIC])
 
 
 def first_sentence(message: str) -> str:

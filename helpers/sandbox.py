@@ -6,7 +6,9 @@ The parent (``run``) sends the kernel as source (with the values its code names 
 ``@triton.jit`` functions it calls) and the whole storage of every tensor argument; the worker
 (``python -m helpers.sandbox``) puts each storage between two slack regions of 0xFF bytes (NaN in
 every float type), launches ``kernel[grid](*args, **kwargs)`` and sends the storages back. Frames on
-the pipes: an 8-byte little-endian length, then a pickle. Only Triton's public API is used.
+the pipes: an 8-byte little-endian length, then a pickle. Only Triton's public API is used, but for one
+thing: under the interpreter the worker counts the bytes the kernel reads and writes in each storage
+(``helpers.traffic.counting``, which wraps the interpreter's memory methods), for the checkers' traffic line.
 """
 
 from __future__ import annotations
@@ -313,10 +315,18 @@ def restart() -> None:
 atexit.register(restart)
 
 
+#: What the last ``run`` moved, where the worker could count it (under the interpreter): per tensor argument,
+#: ``(tensor, bytes read from its storage, bytes written to it)``; None where nothing was counted.
+LAST_TRAFFIC: list | None = None
+
+
 def run(kernel, grid, args, kwargs, timeout: float | None = None) -> float:
     """Launch ``kernel[grid](*args, **kwargs)`` in the worker and copy every tensor argument's storage
     back; the seconds it took. Raises ``KernelCrashed``, ``KernelTimeout``, ``KernelCudaError``,
-    ``KernelWroteOutside`` or the learner's own exception (or a ``LearnerKernelError`` named as it)."""
+    ``KernelWroteOutside`` or the learner's own exception (or a ``LearnerKernelError`` named as it).
+    Under the interpreter, ``LAST_TRAFFIC`` says what the launch read and wrote, tensor by tensor."""
+    global LAST_TRAFFIC
+    LAST_TRAFFIC = None
     limit = KERNEL_TIMEOUT if timeout is None else float(timeout)
     spec = kernel_spec(kernel)
     grid = static_grid(kernel, grid, args, kwargs)
@@ -329,7 +339,14 @@ def run(kernel, grid, args, kwargs, timeout: float | None = None) -> float:
         t0 = time.perf_counter()
         reply = w.request(msg, limit)
         seconds = time.perf_counter() - t0
-    kind, storages, out, err = reply
+    kind, storages, out, err, traffic = reply
+    if traffic is not None:
+        tensors = [a for a in list(args) + list(kwargs.values()) if hasattr(a, "untyped_storage")]
+        index = {key: i for key, i in packer.keys.items()}
+        LAST_TRAFFIC = []
+        for t in tensors:
+            i = index[(str(t.device), t.untyped_storage().data_ptr(), t.untyped_storage().nbytes())]
+            LAST_TRAFFIC.append((t, *traffic[i]))
     if out:
         sys.stdout.write(out)
     if storages is not None:
@@ -471,7 +488,7 @@ def _handle(msg):
     saved = os.dup(1)
     sys.stdout.flush()
     os.dup2(captured.fileno(), 1)
-    kind, err = "ok", None
+    kind, err, counted = "ok", None, None
     try:
         a = [_unpack(v, bufs) for v in args]
         kw = {k: _unpack(v, bufs) for k, v in kwargs.items()}
@@ -479,7 +496,13 @@ def _handle(msg):
         kernel = _KERNELS.get(key)
         if kernel is None:  # built once per distinct kernel (on a GPU, compiled once per signature)
             kernel = _KERNELS[key] = _build(spec)
-        kernel[grid](*a, **kw)
+        if INTERPRETER:  # count what each storage gives and takes (the traffic line of the checkers)
+            from .traffic import counting
+
+            with counting(**{f"s{i}": b for i, b in enumerate(bufs)}) as counted:
+                kernel[grid](*a, **kw)
+        else:
+            kernel[grid](*a, **kw)
         if on_cuda:
             torch.cuda.synchronize()
     except BaseException as e:  # noqa: BLE001  (everything the learner's code can raise goes back)
@@ -499,8 +522,9 @@ def _handle(msg):
     captured.seek(0)
     out = captured.read(20000).decode(errors="replace")
     captured.close()
+    traffic = None if counted is None else [(counted.read[f"s{i}"], counted.written[f"s{i}"]) for i in range(len(bufs))]
     if kind == "cuda-error":
-        return ("cuda-error", None, out, err)
+        return ("cuda-error", None, out, err, None)
     back, outside = [], []
     for i, b in enumerate(bufs):
         h = b.cpu().numpy()
@@ -509,8 +533,8 @@ def _handle(msg):
             outside.append(i)
         back.append(h[SLACK:SLACK + n].tobytes())
     if kind == "ok" and outside:
-        return ("wrote-outside", back, out, "your kernel wrote outside the memory of the tensors it was given")
-    return (kind, back, out, err)
+        return ("wrote-outside", back, out, "your kernel wrote outside the memory of the tensors it was given", None)
+    return (kind, back, out, err, traffic)
 
 
 def _exit_with_parent(parent: int) -> None:

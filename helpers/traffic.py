@@ -280,3 +280,42 @@ def predict(nbytes: int, gpu: str = "h200", programs: int | None = None, tensors
     if tensors_read is not None and (tensors_read <= l2_bytes(gpu) or nbytes > 2 * tensors_read):
         caveats.append("in L2")
     return {"us": nbytes / (rate * 1e9) * 1e6, "GB/s": rate, "caveats": caveats}
+
+
+# ---- The checkers' traffic line ----------------------------------------------------------------------------------
+
+REFERENCE_INPUT_BYTES = 64 << 20  # a learner's kernel scaled to 64 MiB of input: past L2, so DRAM sets the time
+
+
+def _times(x: float) -> str:
+    return "never" if x == 0 else "once" if abs(x - 1) < 5e-3 else "twice" if abs(x - 2) < 5e-3 else f"{x:.1f} times"
+
+
+def learner_line(launches: list) -> str:
+    """The traffic line a checker prints after "correct": how many times the learner's kernel read its inputs and
+    wrote its outputs (``launches``: per launch, ``(bytes of the tensor, bytes read, bytes written, is an output)``
+    for each tensor argument; a tensor passed twice counts once), the bytes against one pass over them, and the GPU
+    time on an H200 and an H100 at the recorded copy's speed, the kernel scaled to 64 MiB of input."""
+    size_in = size_out = read_in = written_out = other = 0
+    for launch in launches:
+        seen = set()
+        for nbytes, read, written, is_out in launch:
+            key = (nbytes, read, written, is_out)
+            if key in seen:
+                continue
+            seen.add(key)
+            if is_out:
+                size_out, written_out, other = size_out + nbytes, written_out + written, other + read
+            else:
+                size_in, read_in, other = size_in + nbytes, read_in + read, other + written
+    if not size_in or not size_out:
+        return ""
+    one_pass = size_in + size_out
+    moved = read_in + written_out + other
+    scale = REFERENCE_INPUT_BYTES / size_in
+    us = {gpu: (predict(max(1, int(moved * scale)), gpu)["us"], predict(int(one_pass * scale), gpu)["us"])
+          for gpu in ("h200", "h100")}
+    return (f"Traffic: your kernel reads its input {_times(read_in / size_in)} and writes its output "
+            f"{_times(written_out / size_out)}: {moved / one_pass:.2f}x the bytes of one pass. With 64 MiB of input, at "
+            f"the recorded copy's speed: about {us['h200'][0]:.0f} µs on an H200 and {us['h100'][0]:.0f} on an H100 "
+            f"(one pass: {us['h200'][1]:.0f} and {us['h100'][1]:.0f}).")

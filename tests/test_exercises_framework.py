@@ -533,3 +533,39 @@ def test_an_interrupt_of_the_notebook_leaves_an_idle_worker_alone():
     x, out = ex.guarded((4,), fill=1.0), ex.guarded((4,))
     ex.run_learner_kernel(scale_kernel, (1,), out, x, 4, BLOCK=4)
     assert out.tolist() == [2.0] * 4 and sandbox.worker().info["pid"] == pid
+
+
+# ---- The traffic line: a correct kernel, checked under the interpreter, is told the bytes it moved -------------------
+
+def _softmax_trial(kernel):
+    guarded, run_learner_kernel = ex.guarded, ex.run_learner_kernel
+    x = guarded((3, 37), row_stride=40)
+    y = guarded((3, 37), row_stride=48)
+    x[:] = torch.randn(3, 37, generator=torch.Generator().manual_seed(0)).to(x.device)
+    run_learner_kernel(kernel, (3,), y, x, x.stride(0), y.stride(0), 37, BLOCK=64, outputs=[y])
+    expect_close(y, torch.softmax(x, -1))
+
+
+@pytest.mark.skipif(helpers.ON_GPU, reason="the kernel's bytes are counted by the interpreter")
+@pytest.mark.parametrize("name, reads, ratio", [("one_pass", "once", "1.00x"), ("loads_twice", "twice", "1.50x")])
+def test_a_correct_kernel_is_told_its_traffic(capsys, name, reads, ratio):
+    import test_traffic
+
+    v = check("0.1", "softmax", getattr(test_traffic, name), _softmax_trial)
+    out = capsys.readouterr().out.splitlines()
+    assert v.ok and len(out) == 2 and out[1] == v.traffic
+    assert f"reads its input {reads} and writes its output once: {ratio} the bytes of one pass" in v.traffic
+    assert "µs on an H200" in v.traffic and "on an H100" in v.traffic
+
+
+@pytest.mark.skipif(helpers.ON_GPU, reason="the kernel's bytes are counted by the interpreter")
+def test_no_traffic_line_without_a_correct_kernel(capsys):
+    import test_traffic
+
+    def wrong(kernel):
+        _softmax_trial(kernel)
+        raise Wrong("for the test")
+
+    assert not check("0.1", "softmax", test_traffic.one_pass, wrong).traffic
+    assert not check("0.2", "python", lambda: 1, lambda f: None).traffic  # no kernel launched: no line
+    assert len(capsys.readouterr().out.splitlines()) == 2
