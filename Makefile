@@ -73,7 +73,8 @@ test-no-triton: venv
 # The exercise checkers in a second environment: .venv-latest gets requirements.txt's ranges alone, without
 # constraints.txt, which is what `pip install -r requirements.txt` gives a cloud notebook (the newest torch
 # and Triton the ranges allow). There every checker's right-answer and wrong-answer tests run: the shared
-# mechanism (tests/test_exercises_framework.py, whole) and, in the lesson tests, the tests whose names say
+# mechanism (tests/test_exercises_framework.py, whole; tests/test_traffic.py, whose counter wraps the interpreter's
+# internals) and, in the lesson tests, the tests whose names say
 # "checker" or "bounds" (a few minutes on a 2-core CPU); and lesson 07's spills tests, which compile the attention
 # kernels for an H100 with that Triton (its spills differ by version), and the test that `import helpers` keeps
 # Triton's FP fusion on (its default and warning differ by version). Rebuilt when requirements.txt changes.
@@ -90,7 +91,7 @@ $(LATEST_STAMP): requirements.txt pyproject.toml
 
 test-latest: $(LATEST_STAMP)
 	@$(BIN_LATEST)/python -c "import torch, triton; print('test-latest: torch', torch.__version__, '/ Triton', triton.__version__)"
-	$(BIN_LATEST)/python -m pytest -q tests/test_exercises_framework.py
+	$(BIN_LATEST)/python -m pytest -q tests/test_exercises_framework.py tests/test_traffic.py
 	$(BIN_LATEST)/python -m pytest -q $(LESSON_TESTS) -k "checker or bounds"
 	$(BIN_LATEST)/python -m pytest -q tests/test_attention.py tests/test_versions.py -k "spills or fp_fusion"
 
