@@ -5,12 +5,13 @@ of exercises 4.1 to 4.3. Tables and numbers: the notebook."""
 from __future__ import annotations
 
 import math
+import numbers
 
 import pandas as pd
 import torch
 
 from . import data, plots
-from .exercises import Wrong, call_attempt, check, guarded, guards_intact, launch_learner_kernel, require_kernel
+from .exercises import Wrong, call_attempt, check, fmt_pair, guarded, guards_intact, launch_learner_kernel, require_kernel
 from .kernels import softmax_fused, softmax_online, softmax_three_pass
 from .measure import DTYPES, measure_shape, require_gpu
 from .reference import round_up_err
@@ -259,14 +260,28 @@ def _pair(got, what: str) -> list[float]:
     out = []
     for v in got:
         v = v.item() if isinstance(v, torch.Tensor) and v.numel() == 1 else v
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
+        if isinstance(v, bool) or not isinstance(v, numbers.Real):  # numbers.Real: numpy's floats too
             raise Wrong(f"{what} should return two numbers, got {type(v).__name__}")
         out.append(float(v))
     return out
 
 
+#: A right merge computed in float32 (torch's default dtype) is off by a few float32 roundings, about 1e-7 relative;
+#: each wrong merge the checker names is off by far more than this.
+MERGE_RTOL = 1e-5
+
+
 def _same(a: float, b: float) -> bool:
-    return a == b if math.isinf(a) or math.isinf(b) else math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+    if math.isnan(a) or math.isnan(b):
+        return False
+    return a == b if math.isinf(a) or math.isinf(b) else math.isclose(a, b, rel_tol=MERGE_RTOL, abs_tol=1e-30)
+
+
+def _exp(v: float) -> float:
+    try:
+        return math.exp(v)
+    except OverflowError:
+        return math.inf
 
 
 def merge_answer(m1: float, d1: float, m2: float, d2: float) -> tuple[float, float]:
@@ -275,21 +290,41 @@ def merge_answer(m1: float, d1: float, m2: float, d2: float) -> tuple[float, flo
     return (NEG_INF, 0.0) if m == NEG_INF else (m, d1 * math.exp(m1 - m) + d2 * math.exp(m2 - m))
 
 
+H_MERGE_EMPTY = "an empty part has m = -inf and d = 0: exp(-inf - -inf) is NaN, so handle it"
+H_MERGE_MAX = "the merged m is the larger of the two maxima"
+H_MERGE_ADD = ("the two sums are relative to different maxima: rescale each d from its own max to the merged one, "
+               "d_i * exp(m_i - m), before adding them")
+H_MERGE_FACTOR = "the factor that moves d_i to the merged max is exp(m_i - m), at most 1, not exp(m - m_i)"
+H_MERGE_DEFINITION = "the merged d is the sum of exp(x - m) over both parts, relative to the merged max m"
+
+
+def _merge_hint(case, m: float, d: float) -> str:
+    """The hint for a wrong merge: the mistake it names where the answer is that mistake's, else the definition."""
+    m1, d1, m2, d2 = case
+    wm, _ = merge_answer(*case)
+    if math.isnan(d) and NEG_INF in (m1, m2):
+        return H_MERGE_EMPTY
+    if not _same(m, wm):
+        return H_MERGE_MAX
+    if _same(d, d1 + d2):
+        return H_MERGE_ADD
+    if _same(d, d1 * _exp(wm - m1) + d2 * _exp(wm - m2)):
+        return H_MERGE_FACTOR
+    return H_MERGE_DEFINITION
+
+
+MERGE_CASES = [(3.0, 1.5, 5.0, 2.0), (5.0, 2.0, 3.0, 1.5), (1.0, 2.0, 1.0, 3.0), (-2.0, 1.25, 0.5, 1.0),
+               (NEG_INF, 0.0, 2.0, 1.0), (2.0, 1.0, NEG_INF, 0.0), (NEG_INF, 0.0, NEG_INF, 0.0), (700.0, 1.0, -700.0, 1.0)]
+
+
 def _trial_4_2(merge) -> str:
-    cases = [(3.0, 1.5, 5.0, 2.0), (5.0, 2.0, 3.0, 1.5), (1.0, 2.0, 1.0, 3.0), (-2.0, 1.25, 0.5, 1.0),
-             (NEG_INF, 0.0, 2.0, 1.0), (2.0, 1.0, NEG_INF, 0.0), (NEG_INF, 0.0, NEG_INF, 0.0), (700.0, 1.0, -700.0, 1.0)]
-    for c in cases:
+    for c in MERGE_CASES:
         m, d = _pair(call_attempt(merge, *c), "merge")
         wm, wd = merge_answer(*c)
         if not (_same(m, wm) and _same(d, wd)):
-            if math.isnan(d) and NEG_INF in (c[0], c[2]):
-                hint = " (an empty part has m = -inf and d = 0: exp(-inf - -inf) is NaN, so handle it)"
-            elif not _same(m, wm):
-                hint = " (the merged m is the larger of the two maxima)"
-            else:
-                hint = " (rescale each d from its own max to the merged one: d_i * exp(m_i - m))"
             args = ", ".join(f"{v:g}" for v in c)
-            raise Wrong(f"merge({args}) gave ({m:.12g}, {d:.12g}), expected ({wm:.12g}, {wd:.12g}){hint}")
+            (em, gm), (ed, gd) = fmt_pair(wm, m, 6), fmt_pair(wd, d, 6)
+            raise Wrong(f"merge({args}) gave ({gm}, {gd}), expected ({em}, {ed}) ({_merge_hint(c, m, d)})")
     return "merging is associative and commutative, so blocks can be combined in any order"
 
 

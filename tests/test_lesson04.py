@@ -360,9 +360,36 @@ def merge_right(m1, d1, m2, d2):
     return m, d1 * math.exp(m1 - m) + d2 * math.exp(m2 - m)
 
 
+def merge_right_float32(m1, d1, m2, d2):
+    """The right formula, computed in torch's default dtype (float32): off from float64 in the 8th digit."""
+    m = max(m1, m2)
+    if m == -math.inf:
+        return -math.inf, 0.0
+    t = lambda v: torch.tensor(v, dtype=torch.float32)  # noqa: E731
+    return t(m), t(d1) * torch.exp(t(m1) - t(m)) + t(d2) * torch.exp(t(m2) - t(m))
+
+
+def merge_right_numpy_float32(m1, d1, m2, d2):
+    import numpy as np
+
+    m = max(m1, m2)
+    if m == -math.inf:
+        return -math.inf, 0.0
+    f = np.float32
+    return f(m), f(d1) * np.exp(f(m1) - f(m)) + f(d2) * np.exp(f(m2) - f(m))
+
+
 def merge_no_empty(m1, d1, m2, d2):
     m = max(m1, m2)
     return m, d1 * math.exp(m1 - m) + d2 * math.exp(m2 - m)
+
+
+def merge_no_rescale(m1, d1, m2, d2):
+    return max(m1, m2), d1 + d2
+
+
+def merge_min(m1, d1, m2, d2):
+    return min(m1, m2), d1 + d2
 
 
 def merge_wrong_factor(m1, d1, m2, d2):
@@ -372,25 +399,75 @@ def merge_wrong_factor(m1, d1, m2, d2):
     return m, d1 * math.exp(m - m1) + d2 * math.exp(m - m2)
 
 
+def merge_unshifted(m1, d1, m2, d2):
+    """Sums of exp(x) rather than of exp(x - m): a mistake the checker has no special hint for."""
+    m = max(m1, m2)
+    if m == -math.inf:
+        return -math.inf, 0.0
+    return m, d1 * math.exp(m1) + d2 * math.exp(m2)
+
+
+def test_checker_4_2_contract(capsys):
+    assert_checker_contract(capsys, lesson04.check_4_2, merge_right, merge_no_rescale, lesson04.H_MERGE_ADD)
+
+
+@pytest.mark.parametrize("right", [merge_right_float32, merge_right_numpy_float32])
+def test_checker_4_2_takes_the_right_formula_computed_in_float32(right, capsys):
+    d = right(-2.0, 1.25, 0.5, 1.0)[1]
+    assert float(d) != merge_right(-2.0, 1.25, 0.5, 1.0)[1]  # really float32: not the float64 answer
+    line = verdict(capsys, lesson04.check_4_2, right)
+    assert status(line).startswith("correct"), line
+
+
+WRONG_4_2 = {
+    "empty part not handled (NaN)": (merge_no_empty, lesson04.H_MERGE_EMPTY),
+    "sums added without a rescale": (merge_no_rescale, lesson04.H_MERGE_ADD),
+    "the smaller maximum": (merge_min, lesson04.H_MERGE_MAX),
+    "factor exp(m - m_i)": (merge_wrong_factor, lesson04.H_MERGE_FACTOR),
+    "sums of exp(x), not shifted": (merge_unshifted, lesson04.H_MERGE_DEFINITION),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(WRONG_4_2))
+def test_checker_4_2_wrong_answers(kind, capsys):
+    """Each wrong merge gets the hint that names its mistake, and no other merge hint."""
+    wrong, hint = WRONG_4_2[kind]
+    line = verdict(capsys, lesson04.check_4_2, wrong)
+    assert status(line).startswith("wrong") and hint in line, line
+    others = {h for _, h in WRONG_4_2.values()} - {hint}
+    assert not any(h in line for h in others), line
+
+
+def test_checker_4_2_shows_what_was_given_and_what_was_expected(capsys):
+    """A merge off by 1e-4 (beyond float32's rounding, so wrong): the line shows the pair given and the pair
+    expected, in digits that tell them apart."""
+    line = verdict(capsys, lesson04.check_4_2, lambda m1, d1, m2, d2: merge_right(m1, d1, m2, d2 * (1 + 1e-4)))
+    assert status(line).startswith("wrong"), line
+    assert "merge(3, 1.5, 5, 2) gave (5.0, 2.203203), expected (5.0, 2.203003)" in line, line
+
+
 def stash_traffic_right(M, N):
     """Pass 1 reads x and writes exp(x - m_block) to out; pass 2 reads out, rescales it and writes it back."""
     return 2 * M * N, 2 * M * N
 
 
-CASES = [
-    (lesson04.check_4_2, merge_right, merge_no_empty, "empty part"),
-    (lesson04.check_4_2, merge_right, lambda m1, d1, m2, d2: (max(m1, m2), d1 + d2), "rescale"),
-    (lesson04.check_4_2, merge_right, lambda m1, d1, m2, d2: (min(m1, m2), d1 + d2), "larger of the two"),
-    (lesson04.check_4_2, merge_right, merge_wrong_factor, "d_i * exp(m_i - m)"),
-    (lesson04.check_4_3, stash_traffic_right, lambda M, N: (M * N, 2 * M * N), "reads"),
-    (lesson04.check_4_3, stash_traffic_right, lambda M, N: (2 * M * N, M * N), "writes"),
-]
+def test_checker_4_3_contract(capsys):
+    assert_checker_contract(capsys, lesson04.check_4_3, stash_traffic_right, lambda M, N: (M * N, 2 * M * N), "reads")
 
 
-@pytest.mark.parametrize("checker, right, wrong, hint", CASES,
-                         ids=[f"{c.__name__}-{i}" for i, (c, *_rest) in enumerate(CASES)])
-def test_checkers(checker, right, wrong, hint, capsys):
-    assert_checker_contract(capsys, checker, right, wrong, hint)
+WRONG_4_3 = {
+    "pass 2's read of out forgotten": (lambda M, N: (M * N, 2 * M * N), "reads: pass 1 reads x, and pass 2 reads back"),
+    "pass 1's write forgotten": (lambda M, N: (2 * M * N, M * N), "writes: pass 1 writes the exponentials"),
+    "the three-pass kernel's traffic": (lambda M, N: (3 * M * N, M * N), "reads: pass 1 reads x, and pass 2"),
+    "one total, not a pair": (lambda M, N: 4 * M * N, "return a pair (reads, writes)"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(WRONG_4_3))
+def test_checker_4_3_wrong_answers(kind, capsys):
+    wrong, hint = WRONG_4_3[kind]
+    line = verdict(capsys, lesson04.check_4_3, wrong)
+    assert status(line).startswith("wrong") and hint in line, line
 
 
 def test_merge_answer_is_the_online_update():
