@@ -1,6 +1,6 @@
-"""Lesson 04's prose against its data: every number the markdown quotes is re-derived here from
-figures/data/ with the same pandas lines as the notebook's visible cells, and must be the number
-quoted. The code the notebook defines for learners to read (``online_attention``) is tested too.
+"""Lesson 04's prose against its data: every number the markdown of the lesson ("04") and of its deep dive ("04d")
+quotes is re-derived here from figures/data/ with the same pandas lines as the notebooks' visible cells, and must be
+the number quoted. The code the lesson defines for learners to read (``online_attention``) is tested too.
 """
 
 from __future__ import annotations
@@ -10,10 +10,11 @@ import math
 import pandas as pd
 import pytest
 import torch
-from claims import cell_with, notebook, prose, quotes
+from claims import cell_with, code_cell_with, notebook, prose, quotes
 from helpers import data, gpu_data, lesson04
 
 L = "04"
+D = "04d"  # the deep dive: the cache model and the longest rows
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +120,7 @@ def test_the_cache_model(table, props):
     assert fits.iloc[0] and not fits.iloc[-1]
     last_fit = fits[fits].index.max()
     assert last_fit == 8192
-    text = cell_with(L, "The model gets the ends right")
+    text = cell_with(D, "The model gets the ends right")
     quotes(text, f"At N = {last_fit} it puts {model.loc[last_fit, 'rows in flight (MiB)']:.0f} MiB of rows in flight, "
                  f"under the {l2:.0f} MiB of L2")
     quotes(text, f"{model.loc[last_fit, 'three_pass']:.2f} for the three-pass kernel and "
@@ -136,10 +137,10 @@ def test_the_longest_rows_are_not_explained_by_idle_sms(table, props):
     long.insert(1, "SMs idle", (1 - rows_per_sm).clip(lower=0))
     long = long.droplevel("M")
     M = table.index.to_frame().droplevel("M")["M"]
-    intro = cell_with(L, "Past N = 131072 the online kernel leaves its bound")
+    intro = cell_with(D, "Past N = 131072 the online kernel leaves its bound")
     quotes(intro, f"{long.loc[262144, 'online']:.2f} of copy at N = 262144, {long.loc[524288, 'online']:.2f} at 524288, "
                   f"{long.loc[1048576, 'online']:.2f} at 1048576")
-    text = cell_with(L, "At N = 524288 there are")
+    text = cell_with(D, "At N = 524288 there are")
     quotes(text, f"there are {M[524288]} rows for the H100's {sms} SMs: {long.loc[524288, 'rows per SM']:.2f} rows per SM, "
                  f"and {long.loc[524288, 'SMs idle']:.0%} of the SMs idle")
     quotes(text, f"falls from {long.loc[262144, 'online']:.2f} to {long.loc[524288, 'online']:.2f} of copy there, and the "
@@ -149,21 +150,32 @@ def test_the_longest_rows_are_not_explained_by_idle_sms(table, props):
     # idle SMs cannot explain the fall: it is far larger than the idle fraction
     drop = 1 - long.loc[524288, "online"] / long.loc[262144, "online"]
     assert drop > 5 * long.loc[524288, "SMs idle"]
-    after = cell_with(L, "One program per SM reaches")
+    after = cell_with(D, "One program per SM reaches")
     quotes(after, f"{M[1048576]} rows leave {long.loc[1048576, 'SMs idle']:.0%} of the SMs without a row")
-    keys = prose(L)[prose(L).index("## Key points"):]
-    quotes(keys, f"falls from {long.loc[262144, 'online']:.2f} to {long.loc[524288, 'online']:.2f} of copy at "
-                 f"N = 524288, where only {long.loc[524288, 'SMs idle']:.0%} of the SMs are idle")
-    assert "leaves SMs with nothing to do" not in prose(L)
+    for nb in (L, D):
+        assert "leaves SMs with nothing to do" not in prose(nb)
 
 
-def test_lesson05s_programs_per_sm():
+def test_the_programs_per_sm_in_the_deep_dive():
+    """Lesson 05's recording of its persistent kernel, read in 04's deep dive (never in the lesson itself)."""
     programs = data.load("persistent_programs")
     frac = programs.query("programs_per_sm in [1, 2, 4, 8]").set_index("programs_per_sm")["graph_frac"]
     assert list(frac.index) == [1, 2, 4, 8] and frac.is_monotonic_increasing
-    text = cell_with(L, "One program per SM reaches")
+    text = cell_with(D, "One program per SM reaches")
     quotes(text, f"One program per SM reaches {frac[1]:.2f} of copy, two {frac[2]:.2f}, four {frac[4]:.2f} and "
                  f"eight {frac[8]:.2f}")
+
+
+def test_the_lesson_uses_no_later_lesson():
+    """The core reads only data of lessons 01-04 (no lesson 05 recording, no Little's law) and launches its kernels
+    plainly, not through the library's wrapper (which the deep dive exports)."""
+    code = "\n".join("".join(c["source"]) for c in notebook(L)["cells"] if c["cell_type"] == "code")
+    assert "persistent_programs" not in code and "Little" not in prose(L)
+    for wrapper in ("RowSoftmax", "Plan(", "looped_plan", "helpers.softmax_online", "helpers.softmax_three_pass"):
+        assert wrapper not in code, wrapper
+    assert "kernel[(M,)](y, x," in code_cell_with(L, "def softmax_looped")
+    assert "RowSoftmax(looped_plan" in code_cell_with(D, "def looped_plan")
+    assert "Little's law" in prose(D)
 
 
 def test_the_notebooks_online_attention():

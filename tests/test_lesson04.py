@@ -114,6 +114,27 @@ def test_traffic_of_the_looped_kernels():
     assert total == {"three_pass": 4, "online": 3, "fused": 2}
 
 
+def test_the_lessons_plain_launch_agrees_with_the_library():
+    """The lesson launches its two kernels plainly (its `softmax_looped` cell); the library wraps the same kernels
+    (the deep dive's `looped_plan` and `RowSoftmax`). On the same inputs and blocks they write the same values,
+    strided views and -inf prefixes included."""
+    from claims import code_cell_with
+    from helpers import kernels as K
+
+    ns = {"torch": torch, "tl": tl}
+    exec(code_cell_with("04", "def softmax_looped"), ns)
+    g = torch.Generator().manual_seed(5)
+    wide = (torch.randn(5, 900, generator=g) * 4).to(DEVICE)
+    wide[1, :100] = NEG_INF  # a -inf prefix
+    wide[3] = NEG_INF  # a row of only -inf: NaN from both
+    for x in (wide[:, :300], wide[:, ::3]):
+        for kernel, library in ((K.softmax_three_pass_kernel, helpers.softmax_three_pass),
+                                (K.softmax_online_kernel, helpers.softmax_online)):
+            for block in (16, 128, 512):
+                torch.testing.assert_close(ns["softmax_looped"](kernel, x, block), library(x, block_size=block),
+                                           rtol=0, atol=0, equal_nan=True)
+
+
 # --------------------------------------------------------------------------------------------
 # Rows grow: the measurement, the recording and the figures
 # --------------------------------------------------------------------------------------------
