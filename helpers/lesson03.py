@@ -90,7 +90,7 @@ def plot_bandwidth(bench=None, props=None, dtype: str = "float32", M: int = 4096
     bench = data.load("bench", gpu=LESSON_GPU) if bench is None else bench
     peak = float((data.load("device_props") if props is None else props).dram_peak_gbps.iloc[0])
     rows = bench[(bench["dtype"] == dtype) & (bench.M == M) & (bench.status == "ok")].drop_duplicates(["N", "provider"])
-    fig, axes = plots.new_figure(11.0, 4.0, ncols=2)
+    fig, axes = plots.new_figure(11.0, 4.3, ncols=2)
     axes[1].sharey(axes[0])
     ns = sorted(rows.N.unique())
     for ax, key, title in ((axes[0], "graph_gbps", "GPU time (CUDA graph)"), (axes[1], "gbps", "eager (L2 flushed)")):
@@ -98,14 +98,16 @@ def plot_bandwidth(bench=None, props=None, dtype: str = "float32", M: int = 4096
             s = rows[rows.provider == p].sort_values("N")
             style = dict(ls="--", lw=1.5) if p == "copy" else dict(marker="o", lw=2 if p == "fused" else 1.5, ms=4)
             if len(s):
-                ax.plot(s.N, s[key], color=plots.color(p), label="y.copy_(x)" if p == "copy" else plots.label(p), **style)
-        if math.isfinite(peak):
+                ax.plot(s.N, s[key], color=plots.color(p), label=plots.label(p), **style)
+        if math.isfinite(peak):  # labelled at the right end, above the line: clear of the copy's curve
             ax.axhline(peak, color="#999999", ls=":", lw=1)
-            ax.text(ns[0], peak * 1.02, f"DRAM peak {peak:,.0f} GB/s", fontsize=8, color="#777777")
+            ax.text(ns[-1], peak * 1.02, f"DRAM peak {peak:,.0f} GB/s", fontsize=8, color="#777777", ha="right",
+                    va="bottom")
         plots.set_n_axis(ax, ns)
         ax.set_title(title, fontsize=10)
     axes[0].set(ylabel="GB/s (2·M·N·bytes / time)", ylim=(0, None))
-    axes[0].legend(frameon=False, fontsize=8.5, loc="lower right")
+    handles, labels = axes[0].get_legend_handles_labels()  # one legend for both panels, below them: hides no data
+    fig.legend(handles, labels, frameon=False, fontsize=8.5, loc="outside lower center", ncol=len(labels))
     fig.suptitle(f"Softmax bandwidth, {dtype}, M = {M}, {bench.attrs.get('provenance', {}).get('gpu', 'GPU')}", fontsize=10)
     return fig
 
@@ -121,8 +123,7 @@ def plot_limits(limits=None, props=None):
         ax1.plot(rs.N, rs.graph_frac, st, color=c, ms=4, label=d)
         ax1.plot(rs.N[rs.n_spills > 0], rs.graph_frac[rs.n_spills > 0], "x", color="#d62728", ms=9, mew=2,
                  label="registers spill" if d == "bfloat16" else None)
-    ax1.axhline(1.0, color=plots.COLORS["copy"], ls="--", lw=1, label="copy")
-    ax1.axvline(MAX_FUSED_COLS, color="#999999", ls=":", lw=1, label="MAX_FUSED_COLS")
+    ax1.axhline(1.0, color=plots.COLORS["copy"], ls="--", lw=1, label=plots.label("copy"))
     plots.set_n_axis(ax1, sorted(limits.N.unique()), "N (columns per row; M·N fixed)")
     ax1.set(ylim=(0, 1.12), ylabel="fraction of copy (GPU time)")
     ax1.set_title("The fused kernel as rows grow", fontsize=10)
