@@ -1,6 +1,7 @@
 """Lesson 03 · Fused softmax in Triton: figures (from the notebook's DataFrames), the live ``limits_rows``
 (GPU only; ``tools/bench.py lessons``) and the checkers of exercises 3.1 to 3.4. Tables and numbers: the notebook."""
 
+import ast
 import math
 
 import numpy as np
@@ -16,6 +17,7 @@ from .kernels import MAX_FUSED_COLS, num_warps_for, softmax_fused_kernel
 from .launch import acc_dtype
 from .measure import DTYPES, eager_ms, gpu_ms, require_gpu
 from .reference import round_up_err
+from .sandbox import kernel_spec
 
 BANDWIDTH_PROVIDERS = ("copy", "torch_naive", "torch_softmax", "fused")  # plot_bandwidth's lines
 
@@ -159,6 +161,9 @@ def _trial_3_1(block_and_padding) -> str:
         got = call_attempt(block_and_padding, n)
         if not isinstance(got, (tuple, list)) or len(got) != 2:
             raise Wrong(f"return a pair (BLOCK_SIZE, padding), got {type(got).__name__} {got!r}")
+        if isinstance(got[0], (float, np.floating)):  # 2 ** np.ceil(np.log2(n)), math.pow: a float, even when whole
+            raise Wrong(f"for N = {n} BLOCK_SIZE is the float {float(got[0])!r}: a block size is an integer power of two, "
+                        f"as tl.arange needs (it refuses a float); return an int (1 << k, or a loop of doublings)")
         for v, what in zip(got, ("BLOCK_SIZE", "padding")):
             if isinstance(v, bool) or not (isinstance(v, (int, np.integer)) or isinstance(v, float) and v.is_integer()):
                 raise Wrong(f"{what} should be a whole number of lanes (an int), got {type(v).__name__} {v!r}")
@@ -313,6 +318,31 @@ def _run_3_3(kernel, data: torch.Tensor, scale: float, rs_in: int, rs_out: int, 
     return x, out, not torch.equal(memory.view(torch.int32), before.view(torch.int32))
 
 
+def _unmasked_loads(kernel) -> list[str]:
+    """The ``tl.load`` calls of a learner's kernel (and of the ``@triton.jit`` functions it calls) that take no mask,
+    no boundary check and no clamped offsets: each reads every lane of its block, the padding lanes past a row's end
+    too. Read from the source: what such a load reads past the row leaves no trace once ``tl.where`` drops it."""
+    try:
+        todo, found = [kernel_spec(kernel)], []
+    except Exception:  # no source to read: nothing to say
+        return []
+    while todo:
+        spec = todo.pop()
+        if spec[0] != "source":
+            continue
+        todo += [v[1] for v in spec[3].values() if v[0] == "kernel"]
+        for node in ast.walk(ast.parse(spec[2])):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "load"):
+                continue
+            clamped = node.args and any(isinstance(n, ast.Call) and isinstance(n.func, (ast.Attribute, ast.Name))
+                                        and getattr(n.func, "attr", getattr(n.func, "id", "")) in ("minimum", "where")
+                                        for n in ast.walk(node.args[0]))
+            if len(node.args) < 2 and not {k.arg for k in node.keywords} & {"mask", "boundary_check", None} \
+                    and not clamped:
+                found.append(ast.unparse(node))
+    return found
+
+
 def _trial_3_3(kernel) -> str:
     require_kernel(kernel, "scaled_softmax_kernel")
     g, worst = torch.Generator().manual_seed(33), 0.0
@@ -344,6 +374,12 @@ def _trial_3_3(kernel) -> str:
             e, o = _differ(float(ref[r, c]), float(got[r, c]))
             hint = f"out[{r}, {c}] should be {e} (softmax(x * scale)), you wrote {o}"
         raise Wrong(f"{on}: {hint}")
+    loads = _unmasked_loads(kernel)
+    if loads:
+        load = loads[0] if len(loads[0]) <= 90 else loads[0][:87] + "..."
+        raise Wrong(f"your numbers are right, but `{load}` has no mask: the unmasked load reads all BLOCK_SIZE lanes, "
+                    f"past the end of every row and, on the last row, past the end of x. tl.where drops those values, "
+                    f"not the reads, and on a GPU a read outside a tensor can fault: load with mask=cols < n_cols")
     return f"max abs error {round_up_err(worst)}"
 
 

@@ -157,6 +157,18 @@ def bp_not_a_pair(n):
     return triton.next_power_of_2(n)
 
 
+def bp_float_block(n):
+    import numpy as np
+
+    b = 2 ** np.ceil(np.log2(n))  # a float, even where it is whole
+    return b, b - n
+
+
+def bp_math_pow(n):
+    b = math.pow(2, math.ceil(math.log2(n)))  # a Python float
+    return b, int(b) - n
+
+
 def test_checker_3_1_contract(capsys):
     assert_checker_contract(capsys, lesson03.check_3_1, block_and_padding_right, bp_the_row, "power of two")
 
@@ -169,6 +181,8 @@ def test_checker_3_1_contract(capsys):
     (bp_swapped, "in that order"),
     (bp_fraction_wasted, "a whole number of lanes"),
     (bp_not_a_pair, "return a pair"),
+    (bp_float_block, "a block size is an integer power of two, as tl.arange needs"),
+    (bp_math_pow, "a block size is an integer power of two, as tl.arange needs"),
 ], ids=lambda v: getattr(v, "__name__", str(v))[:30])
 def test_checker_3_1_wrong_answers(wrong, hint, capsys):
     line = verdict(capsys, lesson03.check_3_1, wrong)
@@ -421,6 +435,60 @@ def scaled_no_load_mask(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, 
 
 
 @triton.jit
+def scaled_unmasked_load_then_where(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale,
+                                    BLOCK_SIZE: tl.constexpr):
+    # right numbers: tl.where drops what the unmasked load read past the row (and past x on the last row)
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_SIZE)
+    mask = cols < n_cols
+    x = tl.load(in_ptr + row * in_row_stride + cols).to(tl.float32)
+    z = tl.where(mask, x * scale, -float("inf"))
+    num = tl.exp(z - tl.max(z, axis=0))
+    tl.store(out_ptr + row * out_row_stride + cols, num / tl.sum(num, axis=0), mask=mask)
+
+
+@triton.jit
+def _load_row(ptr, cols):
+    return tl.load(ptr + cols).to(tl.float32)  # unmasked, in a helper the kernel calls
+
+
+@triton.jit
+def scaled_unmasked_load_in_a_helper(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale,
+                                     BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_SIZE)
+    mask = cols < n_cols
+    z = tl.where(mask, _load_row(in_ptr + row * in_row_stride, cols) * scale, -float("inf"))
+    num = tl.exp(z - tl.max(z, axis=0))
+    tl.store(out_ptr + row * out_row_stride + cols, num / tl.sum(num, axis=0), mask=mask)
+
+
+@triton.jit
+def scaled_right_clamped_offsets(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale,
+                                 BLOCK_SIZE: tl.constexpr):
+    # no mask on the load, but every offset is clamped into the row: a right answer
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_SIZE)
+    mask = cols < n_cols
+    x = tl.load(in_ptr + row * in_row_stride + tl.minimum(cols, n_cols - 1)).to(tl.float32)
+    z = tl.where(mask, x * scale, -float("inf"))
+    num = tl.exp(z - tl.max(z, axis=0))
+    tl.store(out_ptr + row * out_row_stride + cols, num / tl.sum(num, axis=0), mask=mask)
+
+
+@triton.jit
+def scaled_right_positional_mask(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale,
+                                 BLOCK_SIZE: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_SIZE)
+    mask = cols < n_cols
+    x = tl.load(in_ptr + row * in_row_stride + cols, mask, other=0.0).to(tl.float32)
+    z = tl.where(mask, x * scale, -float("inf"))
+    num = tl.exp(z - tl.max(z, axis=0))
+    tl.store(out_ptr + row * out_row_stride + cols, num / tl.sum(num, axis=0), mask=mask)
+
+
+@triton.jit
 def scaled_pads_before_scaling(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale,
                                BLOCK_SIZE: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
@@ -517,6 +585,25 @@ def scaled_bad_index(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, sca
 
 def test_checker_3_3_right_answer(capsys):
     assert status(verdict(capsys, lesson03.check_3_3, scaled_right)).startswith("correct")
+
+
+@pytest.mark.parametrize("right", [scaled_right_clamped_offsets, scaled_right_positional_mask],
+                         ids=lambda k: k.fn.__name__)
+def test_checker_3_3_takes_a_load_that_stays_in_the_row(right, capsys):
+    """No `mask=` keyword is needed: a mask passed by position, or offsets clamped into the row, read nothing outside."""
+    line = verdict(capsys, lesson03.check_3_3, right)
+    assert status(line).startswith("correct"), line
+
+
+@pytest.mark.parametrize("wrong", [scaled_unmasked_load_then_where, scaled_unmasked_load_in_a_helper],
+                         ids=lambda k: k.fn.__name__)
+def test_checker_3_3_rejects_an_unmasked_load_whose_values_tl_where_drops(wrong, capsys):
+    """The numbers are right (tl.where drops what the load read past each row), but the load reads past every row
+    and past x on the last row: the checker names the unmasked load, on the CPU and on a GPU alike (it reads the
+    kernel's source, since those reads leave no trace in the output)."""
+    line = verdict(capsys, lesson03.check_3_3, wrong)
+    assert status(line).startswith("wrong") and "has no mask" in line and "unmasked load" in line, line
+    assert "tl.load(" in line and "mask=cols < n_cols" in line, line
 
 
 def test_checker_3_3_untouched_template_is_not_yet(capsys):
