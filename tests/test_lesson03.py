@@ -50,6 +50,31 @@ def test_replay_matches_the_kernel_on_every_row():
         torch.testing.assert_close(out[mask], y[row], atol=1e-6, rtol=1e-5)
 
 
+def _lesson_launch():
+    """``fused_softmax``, lesson 03's plain launch, from its notebook cell (as tests/test_house.py reads cells)."""
+    import json
+    from pathlib import Path
+
+    from helpers.kernels import softmax_fused_kernel
+
+    nb = json.loads((Path(__file__).resolve().parent.parent / "notebooks" / "03_fused_softmax.ipynb").read_text())
+    src = next("".join(c["source"]) for c in nb["cells"]
+               if c["cell_type"] == "code" and "def fused_softmax(x):" in "".join(c["source"]))
+    ns = {"helpers": helpers, "torch": torch, "triton": triton, "tl": tl, "softmax_fused_kernel": softmax_fused_kernel}
+    exec(compile(src.split("\n\n\n")[0], "03_fused_softmax.ipynb", "exec"), ns)
+    return ns["fused_softmax"]
+
+
+@pytest.mark.parametrize("M, N, transposed", [(37, 100, False), (5, 13, False), (1, 4, False), (4, 1, False),
+                                              (20, 30, True), (3, 1000, False)])
+def test_the_lessons_plain_launch_and_the_library_agree(M, N, transposed):
+    """The lesson teaches the library's own kernel through a plain launch; helpers.softmax_fused launches it through
+    its plan and wrapper (the deep dive): on the same input, the same bits."""
+    g = torch.Generator().manual_seed(M * 1000 + N)
+    x = (torch.randn(N, M, generator=g).t() if transposed else torch.randn(M, N, generator=g)).to(DEVICE)
+    torch.testing.assert_close(_lesson_launch()(x), helpers.softmax_fused(x), rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("M, N", [(181, 78), (1, 4), (4, 1), (128, 256), (48, 512), (96, 64), (3, 5)])
 def test_fused_kernel_on_the_lessons_shapes(M, N):
     """The notebook's correctness cell (CPU shapes): within 1e-6 of float64, and rows sum to 1."""
