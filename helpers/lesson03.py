@@ -13,7 +13,7 @@ from . import data, plots
 from .exercises import (Wrong, call_attempt, check, guarded, guards_intact, launch_learner_kernel, require_kernel,
                         run_learner_kernel)
 from .gpu_data import LESSON_GPU
-from .kernels import MAX_FUSED_COLS, num_warps_for, softmax_fused_kernel
+from .kernels import num_warps_for, softmax_fused_kernel
 from .launch import acc_dtype
 from .measure import DTYPES, eager_ms, gpu_ms, require_gpu
 from .reference import round_up_err
