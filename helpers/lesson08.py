@@ -306,6 +306,9 @@ def _diagnose_8_2(kernel, M, N, bm, r) -> str:
     if unwritten:
         return (f"rows {unwritten[:4]} of dx were never written: does program p start at row "
                 f"tl.program_id(0) * BLOCK_M and store all its BLOCK_M rows?")
+    if torch.isinf(got).any():  # both loads padded with the forward's -inf: -inf * -inf = inf in every row's s
+        return ("dx holds inf: the padding lanes loaded -inf, the forward's padding, and -inf * -inf = inf in the row's "
+                "sum s (-inf * 0 would be NaN). Here they must add nothing to s: load 0.0 (other=0.0)")
     if torch.isnan(got).any():
         if torch.isnan(dense["got"]).all():
             return ("every row of dx is NaN, even where rows are n_cols apart: the padding lanes must load 0.0 "

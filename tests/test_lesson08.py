@@ -248,6 +248,12 @@ VARIANTS_8_2 = {
     "inf_padding": ([("y = tl.load(y_ptr + rows[:, None] * y_row_stride + cols[None, :], mask=mask, other=0.0)",
                       "y = tl.load(y_ptr + rows[:, None] * y_row_stride + cols[None, :], mask=mask, other=-float('inf'))")],
                     "wrong", "other=0.0"),
+    # the forward's padding on both loads: -inf * -inf = inf in s, so dx is -inf (not NaN)
+    "inf_padding_both": ([("mask=mask, other=0.0)", "mask=mask, other=-float('inf'))")], "wrong",
+                         "the padding lanes loaded -inf, the forward's padding, and -inf * -inf = inf"),
+    "inf_padding_dy": ([("dy = tl.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :], mask=mask, other=0.0)",
+                         "dy = tl.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :], mask=mask, other=-float('inf'))")],
+                       "wrong", "-inf padding gives -inf * 0 = NaN"),
     "no_sum_term": ([("dx = y * (dy - s[:, None])", "dx = y * dy")], "wrong", "y * dy is only the first term"),
     "sum_term_without_y": ([("dx = y * (dy - s[:, None])", "dx = y * dy - s[:, None]")], "wrong", "missing its factor y"),
     "no_product_with_y": ([("dx = y * (dy - s[:, None])", "dx = dy - s[:, None]")], "wrong", "the product with y is missing"),
