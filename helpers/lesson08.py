@@ -55,34 +55,63 @@ def backward_rows(ns=LIVE_NS, dtypes=("float32", "bfloat16"), M: int = 4096, rou
     return rows
 
 
-LABELS = {"copy": "copy (the ceiling)", "course": "helpers.softmax_backward (08)", "course_looped": "looped backward (08)",
-          "torch_backward": "torch's softmax backward", "torch_naive_backward": "naive PyTorch backward"}
-COLORS = {"copy": "#444444", "course": "#000000", "course_looped": "#2ca02c", "torch_backward": "#1f77b4",
+LABELS = {"copy": "y.copy_(x): the yardstick (1.0)", "course": "helpers.softmax_backward (08)",
+          "liger_backward": "Liger-Kernel's backward", "torch_backward": "torch's softmax backward",
+          "torch_naive_backward": "naive PyTorch backward"}
+COLORS = {"copy": "#444444", "course": "#000000", "liger_backward": "#9467bd", "torch_backward": "#1f77b4",
           "torch_naive_backward": "#d62728"}
+#: A copy below this fraction of the DRAM peak is slower than usual (the lesson's "fair" copy reaches it).
+FAIR_COPY = 0.8
 
 
-def plot_backward(bench, value: str = "graph_frac"):
-    """Fraction of copy against N, one panel per dtype, from the benchmark's DataFrame."""
+def copy_speed(bench, props):
+    """Per (dtype, N): the MB the copy moves (2MN elements), whether that fits in the L2, and its TB/s as a
+    fraction of the DRAM peak, from the benchmark's DataFrame and the GPU's ``l2_bytes`` and ``dram_peak_gbps``."""
+    copy = bench[bench.provider == "copy"].set_index(["dtype", "N"])
+    mb = 2 * copy.M * copy.index.get_level_values("N") * copy.index.get_level_values("dtype").map(
+        {"float32": 4, "bfloat16": 2, "float16": 2}) / 1e6
+    in_l2 = mb <= props.l2_bytes.iloc[0] / 1e6
+    of_peak = mb / copy.graph_ms / (props.dram_peak_gbps.iloc[0] / 1e3) / 1e3  # MB per ms is GB/s
+    return in_l2, of_peak
+
+
+def plot_backward(bench, props=None, value: str = "graph_frac"):
+    """Fraction of copy against N, one panel per dtype, from the benchmark's DataFrame. With ``props`` (the GPU's
+    L2 size and DRAM peak), the row lengths where the copy is no fair yardstick are shaded: its data fit in the L2,
+    or it ran below FAIR_COPY of the DRAM peak."""
     dtypes = sorted(bench.dtype.unique(), key=lambda d: d != "float32")
-    fig, axes = plots.new_figure(4.6 * len(dtypes), 4.2, ncols=len(dtypes))
+    fig, axes = plots.new_figure(4.6 * len(dtypes), 4.4, ncols=len(dtypes))
     axes = list(axes) if hasattr(axes, "__len__") else [axes]
+    in_l2, of_peak = copy_speed(bench, props) if props is not None else (None, None)
+    shades = {"l2": ("#d9d9d9", "copy's data fit in the L2 (it reads from cache)"),
+              "slow": ("#fde0c5", f"copy below {FAIR_COPY} of the DRAM peak")}
+    handles = {}
     for ax, dtype in zip(axes, dtypes):
         table = bench[(bench.dtype == dtype) & (bench.status == "ok")].pivot_table(index="N", columns="provider", values=value)
+        if in_l2 is not None:
+            for n in table.index:
+                kind = "l2" if in_l2.get((dtype, n), False) else "slow" if of_peak.get((dtype, n), 1) < FAIR_COPY else None
+                if kind:
+                    handles[kind] = ax.axvspan(n / 1.2, n * 1.2, color=shades[kind][0], lw=0, label=shades[kind][1])
         for p in [p for p in LABELS if p in table]:
             ax.plot(table.index, table[p], "--" if p == "copy" else "o-", color=COLORS[p], ms=4,
-                    lw=2 if p == "course" else 1.4, label=LABELS[p])
+                    lw=2 if p == "course" else 1.4, zorder=3 if p == "course" else 2, label=LABELS[p])
         ax.set_xscale("log", base=2)
         ax.minorticks_off()
         ax.set(xticks=list(table.index), ylim=(0, 1.35), xlabel="N (columns per row)")
         ax.set_xticklabels([f"{n // 1024}K" if n % 1024 == 0 else f"{n / 1024:.1f}K" for n in table.index], fontsize=8, rotation=45, ha="right")
         ax.set_title(f"{dtype}, M = {int(bench.M.iloc[0])}", fontsize=10)
     axes[0].set_ylabel("fraction of copy (GPU time)")
-    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=3, frameon=False, fontsize=8)
+    lines, labels = axes[0].get_legend_handles_labels()
+    keep = [(h, lab) for h, lab in zip(lines, labels) if lab in LABELS.values()]
+    keep += [(handles[k], shades[k][1]) for k in shades if k in handles]
+    fig.legend(*zip(*keep), loc="outside lower center", ncols=3, frameon=False, fontsize=8)
     fig.suptitle(f"Softmax backward, 1.5 x copy time / time, {data.gpu(bench)}", fontsize=10)
     return fig
 
 
-FIGURES = {"08_backward": lambda: plot_backward(data.load("backward", gpu="h100").query("group == 'M=4096'"))}
+FIGURES = {"08_backward": lambda: plot_backward(data.load("backward", gpu="h100").query("group == 'M=4096'"),
+                                                 data.load("device_props"))}
 
 
 # --- The op at work
