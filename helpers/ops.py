@@ -4,7 +4,7 @@ Written by hand, not exported from lesson 08: the registration must run exactly 
 when ``helpers`` is imported (``helpers/__init__.py`` imports this module), before ``helpers.softmax``
 can route to it. A name registered again is replaced by ``custom_op``, dropping what was registered
 on it (and refused by the lower-level ``torch.library.define``), so a lesson cell re-running these
-lines would swap the operator under ``helpers.softmax``. Lesson 08 shows this file.
+lines would swap the operator under ``helpers.softmax``. Lesson 08's deep dive shows this file.
 
 - ``torch.ops.softmax_course.softmax(x)``: the forward kernels of ``helpers.softmax``.
 - ``torch.ops.softmax_course.softmax_backward(y, dy)``: ``helpers.softmax_backward``.

@@ -1,7 +1,8 @@
-"""Lesson 08's module: the correctness inputs, the bandwidth figure, the op demos, and every exercise
-checker fed the right answer, the untouched template and each plausible wrong answer (one test each,
-expecting "wrong" with the hint that names the mistake). Also what the lesson's visible cells show
-(the Jacobian, the vector-Jacobian product, the traffic counts), asserted here.
+"""Lesson 08's module (and the cells of the lesson and its deep dive that use it): the correctness inputs, the
+bandwidth figure, the op demos, and every exercise checker fed the right answer, the untouched template and each
+plausible wrong answer (one test each, expecting "wrong" with the hint that names the mistake). Also what the
+lesson's visible cells show (the Jacobian, the vector-Jacobian product, the traffic counts, the plain launch of the
+library's tiled kernel), asserted here.
 
 Every checker must print exactly one line and never raise, whatever the learner wrote.
 """
@@ -372,10 +373,11 @@ def test_checker_8_3_in_place(capsys):
 # --------------------------------------------------------------------------------------------
 
 NOTEBOOK = ROOT / "notebooks" / "08_backward.ipynb"
+DEEP_DIVE = ROOT / "notebooks" / "08d_backward_in_depth.ipynb"
 
 
-def _cells():
-    return json.loads(NOTEBOOK.read_text())["cells"]
+def _cells(notebook=NOTEBOOK):
+    return json.loads(notebook.read_text())["cells"]
 
 
 def test_the_notebooks_solutions_are_correct(capsys, tmp_path, monkeypatch):
@@ -419,10 +421,10 @@ def test_exercise_answers_match_autograd():
     torch.testing.assert_close(lesson08.cross_entropy_grad_answer(x.detach(), target), g_ce)
 
 
-def _run_cell(phrase: str, ns: dict) -> dict:
-    """Run the lesson's code cell that contains ``phrase`` in ``ns`` (the notebook's names)."""
-    (src,) = ["".join(c["source"]) for c in _cells() if c["cell_type"] == "code" and phrase in "".join(c["source"])]
-    exec(compile(src, f"08_backward.ipynb ({phrase})", "exec"), ns)
+def _run_cell(phrase: str, ns: dict, notebook=NOTEBOOK) -> dict:
+    """Run the code cell of ``notebook`` (the lesson unless told) that contains ``phrase``, in ``ns``."""
+    (src,) = ["".join(c["source"]) for c in _cells(notebook) if c["cell_type"] == "code" and phrase in "".join(c["source"])]
+    exec(compile(src, f"{notebook.name} ({phrase})", "exec"), ns)
     return ns
 
 
@@ -433,31 +435,61 @@ def _notebook_names() -> dict:
     return dict(helpers=helpers, torch=torch, pd=pd, data=data, lesson08=lesson08, round_up_err=round_up_err)
 
 
-def test_the_notebooks_training_cell_matches_torch_step_by_step(capsys):
-    ns = _run_cell("def tiny_attention", _notebook_names())
+def test_the_lessons_plain_launch_agrees_with_the_library():
+    """The lesson launches the library's tiled kernel plainly (its own tile, the default warps): the same dx as
+    helpers.softmax_backward, whose launcher picks the tile, on strided and expanded layouts and three dtypes."""
+    from helpers.kernels.backward import softmax_backward_tiled_kernel
+
+    ns = _run_cell("def backward(y, dy, BLOCK_M=4)", dict(_notebook_names(), triton=triton, tl=tl,
+                                                           softmax_backward_tiled_kernel=softmax_backward_tiled_kernel))
+    g = torch.Generator().manual_seed(8)
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        for M, N in ((5, 37), (9, 100)):
+            y = torch.softmax(torch.randn(N, M, generator=g) * 3, dim=0).t().to(helpers.DEVICE, dtype)  # transposed
+            dy = torch.randn(M, N + 3, generator=g)[:, :N].to(helpers.DEVICE, dtype)  # rows N + 3 apart
+            for block_m in (1, 4):
+                torch.testing.assert_close(ns["backward"](y, dy, block_m).float(), helpers.softmax_backward(y, dy).float(),
+                                           atol=TOLERANCE[dtype], rtol=0)
+        ones = torch.ones(1, dtype=dtype, device=helpers.DEVICE).expand(M, N)  # stride 0: dx is 0
+        assert ns["backward"](y, ones).abs().max().item() < TOLERANCE[dtype]
+
+
+def test_the_notebooks_compile_cell_shows_the_lessons_op_once_each_way(capsys):
+    """The lesson's operator cell, then its compile cell: one lesson08 node in the forward graph, one in the backward."""
+    ns = _run_cell('custom_op("lesson08::softmax"', _notebook_names())
+    _run_cell("def loss_fn", ns)
+    out = capsys.readouterr().out
+    assert "lesson08.softmax.default" in out and "lesson08.softmax_backward.default" in out
+    forward, backward = out.strip().splitlines()[-2:]
+    assert "lesson08.softmax.default" in forward and "lesson08.softmax_backward.default" in backward
+
+
+def test_the_deep_dives_training_cell_matches_torch_step_by_step(capsys):
+    ns = _run_cell("def tiny_attention", _notebook_names(), DEEP_DIVE)
     losses = ns["losses"]
     assert len(losses) == 5 and losses["helpers.softmax"].is_monotonic_decreasing
     assert (losses["helpers.softmax"] - losses["torch.softmax"]).abs().max() < 1e-6
 
 
-def test_the_notebooks_compile_cells_trace_without_a_graph_break(capsys):
-    ns = _run_cell("def loss_fn", _notebook_names())
+def test_the_deep_dives_compile_cells_trace_without_a_graph_break(capsys):
+    ns = _run_cell("def loss_fn", _notebook_names(), DEEP_DIVE)
     out = capsys.readouterr().out
     assert "softmax_course.softmax.default" in out and "softmax_course.softmax_backward.default" in out
-    _run_cell("fullgraph=True, backend=backend", ns)
+    _run_cell("fullgraph=True, backend=backend", ns, DEEP_DIVE)
     assert torch.allclose(ns["x1"].grad, ns["x2"].grad, atol=1e-6) and abs(ns["v1"].item() - ns["v2"].item()) < 1e-5
 
 
-def test_the_notebooks_bandwidth_cells_mark_noisy_cells_and_find_the_fair_ceiling():
+def test_the_notebooks_bandwidth_cells_mark_noisy_cells_and_find_the_fair_yardstick():
     """The lesson's cells on a recording with spreads: a cell over 10% gets its '*'; the copy table
-    says which copies fit in L2, and the fair ceiling leaves those out."""
+    says which copies fit in L2, and the fair yardstick leaves those out."""
     bench = _fake_bench()
     bench["graph_spread"] = 0.01
     bench.loc[(bench.provider == "course") & (bench.N == 16384) & (bench.dtype == "float32"), "graph_spread"] = 0.3
     bench.loc[(bench.provider == "copy") & (bench.N == 1024) & (bench.dtype == "bfloat16"), "graph_spread"] = 0.2
     props = data.frame([dict(dram_peak_gbps=1.0, l2_bytes=50e6)], {"gpu": "Test GPU"})  # every copy beats 0.8 of it
-    ns = _run_cell("frac = bench.query", dict(_notebook_names(), bench=bench))
+    ns = _run_cell("providers = [", dict(_notebook_names(), bench=bench))
     noisy = ns["noisy"]
+    assert list(ns["frac"].columns) == ["course", "torch_backward", "torch_naive_backward"]  # the lesson's providers
     assert noisy.loc[("float32", 16384), "course"] and not noisy.loc[("float32", 16384)].drop("course").any()
     assert noisy.loc[("bfloat16", 1024)].all(), "a noisy copy marks every fraction measured against it"
     assert int(noisy.values.sum()) == 1 + len(noisy.columns)
@@ -467,5 +499,7 @@ def test_the_notebooks_bandwidth_cells_mark_noisy_cells_and_find_the_fair_ceilin
     copy = ns["copy"]
     assert copy.loc[("float32", 1024), "MB moved"] == pytest.approx(2 * 4096 * 1024 * 4 / 1e6)
     assert sorted(copy.index[copy["fits in L2"] == "yes"]) == [("bfloat16", 1024), ("float32", 1024)]
-    ns = _run_cell("fair = copy.index", ns)
+    ns = _run_cell("fair = copy.index", ns)  # without Liger's rows, as a live run has them
     assert sorted(ns["fair"]) == sorted(i for i in copy.index if i[1] != 1024)
+    in_l2, of_peak = lesson08.copy_speed(bench, props)  # what the figure shades
+    assert sorted(in_l2[in_l2].index) == [("bfloat16", 1024), ("float32", 1024)] and (of_peak >= 0.8).all()
