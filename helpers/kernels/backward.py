@@ -30,16 +30,6 @@ def softmax_backward_tiled_kernel(
     tl.store(dx_ptr + rows[:, None] * dx_row_stride + cols[None, :], dx, mask=mask)
 
 
-import torch
-
-from helpers.checks import check_tensor
-from helpers.device import compiled_occupancy, sm_count
-from helpers.launch import (IN, IN2, OUT, WS, Launch, Plan, RowSoftmax2, acc_dtype, check_block_size,
-                            check_positive_int)
-from helpers.kernels.split import MAX_SPIN, resident_rows_per_round, wait_for_row  # lesson 06's wait
-from helpers.mode import ON_GPU
-
-
 @triton.jit
 def softmax_backward_looped_kernel(
     dx_ptr, y_ptr, dy_ptr,
@@ -69,6 +59,16 @@ def softmax_backward_looped_kernel(
         y = tl.load(y_row + offs * y_col_stride, mask=mask, other=0.0).to(ACC)
         dy = tl.load(dy_row + offs * dy_col_stride, mask=mask, other=0.0).to(ACC)
         tl.store(dx_row + offs, y * (dy - dot), mask=mask)
+
+
+import torch
+
+from helpers.checks import check_tensor
+from helpers.device import compiled_occupancy, sm_count
+from helpers.launch import (IN, IN2, OUT, WS, Launch, Plan, RowSoftmax2, acc_dtype, check_block_size,
+                            check_positive_int)
+from helpers.kernels.split import MAX_SPIN, resident_rows_per_round, wait_for_row  # lesson 06's wait
+from helpers.mode import ON_GPU
 
 
 @triton.jit
