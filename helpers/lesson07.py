@@ -4,8 +4,10 @@ whatever the learner wrote). The tables, the tolerances and the numbers are in t
 
 from __future__ import annotations
 
+import ast
 import functools
 import itertools
+import linecache
 import math
 
 import torch
@@ -16,6 +18,7 @@ from .exercises import Wrong, call_attempt, check, guarded, launch_learner_kerne
 from .kernels import attention, naive_attention
 from .kernels.attention import LOG2E, _launcher, attention_plan
 from .mode import DEVICE, INTERPRETER
+from .show import source_of
 
 NEG_INF = float("-inf")
 LN2 = 0.6931471805599453
@@ -126,6 +129,34 @@ def plot_tiles(cases=((300, 400, 128, 64, False), (512, 512, 128, 64, True))):
     handles.append(plots.plt.Line2D([0], [0], color="#d62728", lw=1.2))
     labels = [f"computed, {k}" if k != SKIPPED else k for k in colors] + ["diagonal (key = query)"]
     fig.legend(handles, labels, loc="outside lower center", ncols=len(labels), frameon=False, fontsize=8.5)
+    return fig
+
+
+#: One color per provider of the attention sweep, the same in the lesson and its deep dive.
+SWEEP_COLORS = {"course": "#000000", "course_pointer": "#7f7f7f", "tutorial": "#e6ab02", "sdpa": "#1f77b4",
+                "sdpa_cudnn": "#9467bd", "sdpa_flash": "#17becf", "sdpa_efficient": "#8c564b", "naive": "#d62728"}
+
+
+def plot_sweep(tf, providers, failed=()):
+    """TFLOP/s against S, one panel per (D, causal), one line per provider, the legend below the panels (where it
+    hides no point). ``tf``: indexed by (D, causal, S), a column per provider, NaN where a provider has no timing;
+    ``failed``: (D, causal, S, provider) of outputs that failed the float64 check, marked x on the axis."""
+    failed = [tuple(f) for f in failed]
+    fig, axes = plots.plt.subplots(2, 2, figsize=(10.5, 7.0), constrained_layout=True)
+    for ax, ((D, causal), t) in zip(axes.flat, tf.groupby(level=["D", "causal"])):
+        t = t.droplevel(["D", "causal"])
+        for p in providers:
+            ax.plot(t.index, t[p], marker="o", label=p, color=SWEEP_COLORS.get(p, "#7f7f7f"))
+        for d, c, S, p in failed:
+            if (d, c) == (D, causal) and p in providers:
+                ax.plot(S, 0, "x", ms=9, mew=2, color=SWEEP_COLORS.get(p, "#7f7f7f"), clip_on=False, zorder=5)
+        ax.set(ylim=(0, None), xlabel="S", ylabel="TFLOP/s (GPU time)", title=f"D = {D}, {'causal' if causal else 'not causal'}")
+        ax.set_xscale("log", base=2)
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    if any(p in providers for *_, p in failed):
+        handles.append(plots.plt.Line2D([], [], ls="", marker="x", mew=2, color="#555555"))
+        labels.append("x: output failed the float64 check, not timed")
+    fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 5), frameon=False, fontsize=9)
     return fig
 
 
@@ -256,6 +287,16 @@ HINTS_7_2 = {
                       "Unmasked blocks end at or before that key: n_full = (start_m * BLOCK_M + 1) // BLOCK_N * BLOCK_N",
 }
 
+#: Right outputs, wasted work: what the bounds probe recognises (a loop that ignores causality, or masks every block).
+HINT_7_2_PAST_THE_DIAGONAL = (
+    "the outputs are right, but the masked loop runs past the block's last row (end = seq ignores causality): the "
+    "key blocks above the diagonal are loaded and masked to nothing. A causal program stops after its last row's "
+    "own key, end = min(seq, (start_m + 1) * BLOCK_M): that skipping is what halves the work")
+HINT_7_2_ALL_MASKED = (
+    "the outputs are right, but blocks that need no mask go through the masked loop (n_full = 0 masks every block): "
+    "the blocks that end at or before the first row's own key need none, n_full = (start_m * BLOCK_M + 1) // BLOCK_N "
+    "* BLOCK_N")
+
 
 def visible_keys(seq: int, bm: int, bn: int, kind: str = "right") -> list[int]:
     """Per query row, how many keys (0, 1, ..., n - 1) a kernel with this mistake lets it see: 0 where its
@@ -335,7 +376,53 @@ def _trial_7_2(kernel) -> str:
                         f"past the last key reads garbage; query i sees keys 0..i")
         raise Wrong(f"{where}: the output differs from causal attention, {first_mismatch(out, want, TOL_7_2, TOL_7_2)}: "
                     f"query i must see keys 0..i, each once")
+    _check_bounds_7_2(kernel)
     return "your causal bounds and diagonal mask match float64 causal attention on three shapes with partial blocks"
+
+
+def _bounds_probe(kernel):
+    """The learner's kernel cut before its first loop, storing (n_full, end) of each program in out_ptr: the
+    work its loops would do. None when the kernel does not have the template's shape (then nothing is probed)."""
+    try:
+        tree = ast.parse(source_of(kernel))
+        fn = tree.body[0]
+        at = next(i for i, st in enumerate(fn.body) if isinstance(st, ast.For))
+        fn.body = fn.body[:at] + ast.parse(
+            "tl.store(out_ptr + (head * tl.num_programs(0) + start_m) * 2, n_full)\n"
+            "tl.store(out_ptr + (head * tl.num_programs(0) + start_m) * 2 + 1, end)").body
+        code = ast.unparse(tree) + "\n"
+        name = f"<exercise 7.2: the bounds of {fn.name}>"
+        linecache.cache[name] = (len(code), None, code.splitlines(True), name)  # where Triton reads the source
+        scope = dict(getattr(kernel, "fn", kernel).__globals__)
+        exec(compile(code, name, "exec"), scope)
+        return scope[fn.name]
+    except Exception:
+        return None
+
+
+def _check_bounds_7_2(kernel) -> None:
+    """Right outputs can still hide wasted work: blocks above the diagonal visited, or every block masked."""
+    probe = _bounds_probe(kernel)
+    if probe is None:
+        return
+    for heads, seq, d, bm, bn in CASES_7_2:
+        num_m = -(-seq // bm)
+        bounds = torch.full((heads * num_m * 2,), -1, dtype=torch.int32, device=DEVICE)
+        q, k, v = (_buffer(torch.zeros(heads, seq, d))[0] for _ in range(3))
+        try:
+            launch_learner_kernel(probe, (num_m, heads), bounds, q, k, v, seq, (seq + PAD_7_2) * d, 1.0,
+                                  where="", HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn)
+        except Exception:
+            return  # the cut kernel does not run on its own (names of its own): judge by the outputs alone
+        got = bounds.cpu().view(heads, num_m, 2).tolist()
+        for start_m in range(num_m):
+            x = start_m * bm
+            want_full, want_end = (x + 1) // bn * bn, min(seq, x + bm)
+            n_full, end = got[0][start_m]
+            if any(s >= want_end for s in range(n_full, end, bn)):
+                raise Wrong(f"on seq={seq}, blocks {bm} x {bn}: {HINT_7_2_PAST_THE_DIAGONAL}")
+            if len(range(0, n_full, bn)) < len(range(0, want_full, bn)):
+                raise Wrong(f"on seq={seq}, blocks {bm} x {bn}: {HINT_7_2_ALL_MASKED}")
 
 
 def check_7_2(kernel) -> None:
@@ -405,10 +492,17 @@ def _trial_7_3(combine) -> str:
             raise Wrong(f"on {name}: your output has inf or NaN: weight each part by e^(lse_i - lse), never by "
                         f"e^lse_i itself (it overflows when the scores are large)")
         w2 = torch.exp2(lse_parts - (torch.logsumexp(lse_parts * LN2, dim=0) / LN2)).unsqueeze(-1)
+        exp2_natural = torch.exp2(lse_parts - want_lse).unsqueeze(-1)  # powers of 2 of natural-log differences
+        shifted = torch.exp(lse_parts - lse_parts.max(dim=0).values).unsqueeze(-1)  # shifted by the largest, not divided
         for cand, hint in ((o_parts.mean(dim=0), "a plain average gives every part the same weight; part i holds a "
                             "share e^(lse_i - lse) of the total"),
                            ((o_parts * torch.exp(lse_parts).unsqueeze(-1)).sum(dim=0), "the weights e^lse_i must be "
                             "divided by their sum, e^lse: use e^(lse_i - lse)"),
+                           ((o_parts * shifted).sum(dim=0), "the weights e^(lse_i - m), shifted by the largest lse m, "
+                            "are not divided by their sum: part i weighs e^(lse_i - m) / sum_j e^(lse_j - m), which is "
+                            "e^(lse_i - lse)"),
+                           ((o_parts * exp2_natural).sum(dim=0), "the weights are 2^(lse_i - lse), but lse_i and lse "
+                            "are natural logs: part i weighs e^(lse_i - lse) (torch.exp, not torch.exp2)"),
                            ((o_parts * w2).sum(dim=0), "the weights use powers of 2; the lse are natural logs, so "
                             "part i weighs exp(lse_i - lse)")):
             if torch.allclose(o64, cand, atol=1e-9, rtol=1e-9):

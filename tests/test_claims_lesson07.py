@@ -1,6 +1,6 @@
-"""Lesson 07's prose against its data: every number the markdown quotes is derived here from
-figures/data/ (or from the lesson's model) with the same pandas lines as the notebook's visible cells,
-and the markdown must quote it. The spreads behind a claim are checked where the recording has them."""
+"""Lesson 07's prose, and its deep dive's, against their data: every number the markdown quotes is derived here
+from figures/data/ (or from the lesson's model) with the same pandas lines as the notebooks' visible cells, and the
+markdown must quote it. The spreads behind a claim are checked where the recording has them."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from claims import cell_with, prose, quotes
 from helpers import data, lesson07
 from helpers.kernels.attention import TmaConfig, attention_config, heads_per_group, tma_config
 
-L = "07"
+L, DD = "07", "07d"
 heads, D, size = 64, 128, 2
 
 
@@ -106,7 +106,7 @@ def test_naive_against_its_traffic_model(att):
     nbytes = nv.B * nv.H * (4 * nv.S * nv.D + 6 * nv.S**2) * 2
     nv["model ms"] = nbytes / 3.35e12 * 1e3
     r = (nv.graph_ms / nv["model ms"]).set_axis(pd.MultiIndex.from_frame(nv[["D", "S"]]))
-    text = cell_with(L, "What the recording shows")
+    text = cell_with(DD, "The naive version runs slower than even its traffic model")
     quotes(text, f"{r.loc[(128, 8192)]:.2f} times the model's time at $D$ = 128, $S$ = 8K")
     quotes(text, f"({r.loc[(128, 1024)]:.2f} at 1K)")
     assert (r > 1.2).all() and r.groupby("D").is_monotonic_increasing.all()  # slower than the model, more so with S
@@ -114,8 +114,8 @@ def test_naive_against_its_traffic_model(att):
 
 def test_course_against_naive(tf, noisy):
     x = (tf.course / tf.naive).where(~(noisy.course | noisy.naive)).agg(["min", "max"])
-    text = cell_with(L, "What the recording shows")
-    quotes(text, f"{x['min']:.1f} to {x['max']:.1f} times faster")
+    quotes(cell_with(L, "The naive version is flat and low"), f"{x['min']:.1f} to {x['max']:.1f} times faster")
+    text = cell_with(DD, "The naive version runs slower than even its traffic model")
     c = tf.course.unstack("S")  # "they climb with S up to 8K and level off beyond"
     quotes(text, "climb with $S$ up to 8K and level off beyond")
     up, flat = c[8192] / c[1024], c[16384] / c[8192]
@@ -127,7 +127,7 @@ def test_course_against_cudnn_the_fastest_sdpa_and_the_tutorial(shares, att):
     share, share_noisy = shares
     clean = share.where(~share_noisy)
     by_d = clean.groupby("D").agg(["min", "median", "max"])
-    text = cell_with(L, "What the recording shows")
+    text = cell_with(DD, "From 4K on, on the H100")
     c, tut = by_d["of cuDNN"], by_d["of the tutorial"]
     quotes(text, f"{c.loc[64, 'min']:.2f} to {c.loc[64, 'max']:.2f} of cuDNN's speed at $D$ = 64 and "
                  f"{c.loc[128, 'min']:.2f} to {c.loc[128, 'max']:.2f} at $D$ = 128 "
@@ -144,7 +144,7 @@ def test_course_against_cudnn_the_fastest_sdpa_and_the_tutorial(shares, att):
 def test_the_h200_agrees(both):
     frac, frac_noisy, *_ = both
     r = frac.where(~frac_noisy).loc["H200", "of cuDNN"].groupby("D").agg(["min", "max"])
-    quotes(cell_with(L, "What the recording shows"),
+    quotes(cell_with(DD, "From 4K on, on the H100"),
            f"{r.loc[64, 'min']:.2f} to {r.loc[64, 'max']:.2f} of cuDNN at $D$ = 64, "
            f"{r.loc[128, 'min']:.2f} to {r.loc[128, 'max']:.2f} at $D$ = 128")
 
@@ -153,7 +153,7 @@ def test_the_descriptor_kernel_before_and_after(both):
     frac, frac_noisy, t, sp, _ = both
     gain = (t.course / t.course_pointer).where(~data.noisy(sp[["course", "course_pointer"]]).any(axis=1))
     g = gain.groupby(["D", "causal"]).agg(["min", "max"])
-    text = cell_with(L, "What the recording shows")
+    text = cell_with(DD, "The budget computed with the kernel predicts")
     quotes(text, f"{g.loc[(128, 0), 'min']:.2f} to {g.loc[(128, 0), 'max']:.2f} times as fast as the pointer kernel "
                  f"without a mask and {g.loc[(128, 1), 'min']:.2f} to {g.loc[(128, 1), 'max']:.2f} causal")
     d128 = frac.where(~frac_noisy).query("D == 128")
@@ -173,31 +173,28 @@ def test_the_descriptor_kernel_before_and_after(both):
 
 
 def test_the_targets(both):
+    """No tally of cases under a target: each lies closer to its line than its own timings spread, and the prose
+    says so; the tutorial's failed checks are the shapes with no fraction of it."""
     frac, frac_noisy, t, sp, rows = both
     clean = frac.where(~frac_noisy)
-    misses = clean[(clean["of cuDNN"] < 0.90) | (clean["of the tutorial"] < 0.98)]
-    cud = misses[misses["of cuDNN"] < 0.90]
-    tut = misses[misses["of the tutorial"] < 0.98]
-    text = cell_with(L, "What the recording shows")
-    quotes(text, f"{len(misses)} of {len(clean)} cases miss one. {len(cud)} miss 0.90 of cuDNN, "
-                 f"by {0.90 - cud['of cuDNN'].max():.3f} to {0.90 - cud['of cuDNN'].min():.3f}")
-    larger = sp[["course", "sdpa_cudnn"]].loc[cud.index].max(axis=1)  # the larger spread of each miss's two timings
-    assert ((0.90 - cud["of cuDNN"]) < larger).all()
-    quotes(text, f"each by less than the larger spread of its two timings' rounds ({larger.min():.1%} to {larger.max():.1%})")
-    c128, c64 = cud.query("D == 128"), cud.query("D == 64")
-    quotes(text, f"{len(c64)} of them are at $D$ = 64 and {len(c128)} at $D$ = 128")
-    quotes(text, f"{len(cud.query('S == 4096'))} of the {len(cud)} are at $S$ = 4K")
-    assert len(tut) == 1 and tut.index[0] == ("H100", "bfloat16", 128, 0, 8192)
-    quotes(text, f"One misses the tutorial's speed within 2%: bf16, $D$ = 128, 8K, without a mask, on the H100 "
-                 f"({tut['of the tutorial'].iloc[0]:.3f} of it)")
-    tut_spread = sp[["course", "tutorial"]].loc[tut.index[0]].max()
-    assert 0.98 - tut["of the tutorial"].iloc[0] < tut_spread
-    quotes(text, f"again by less than the larger spread of its two timings' rounds ({tut_spread:.1%})")
+    below = clean[["of cuDNN", "of the tutorial"]].lt([0.90, 0.98])
+    short = pd.DataFrame({"of cuDNN": 0.90 - clean["of cuDNN"], "of the tutorial": 0.98 - clean["of the tutorial"]})
+    spread = pd.DataFrame({"of cuDNN": sp[["course", "sdpa_cudnn"]].max(axis=1), "of the tutorial": sp[["course", "tutorial"]].max(axis=1)})
+    assert below.any().all() and (short < spread)[below].stack().all()
+    text = cell_with(DD, "Every fraction under a target")
+    quotes(text, "closer to the line than its own timings spread over their rounds")
     for g in ("h100", "h200"):  # both sweeps ran the causal programs in groups, the head order beside them
         assert "course_g1" in set(data.load("attention", gpu=g).provider)
-    quotes(cell_with(L, "The kernel is only worth its complexity"), "Both sweeps run the causal programs in the groups")
+    quotes(cell_with(DD, "`tools/attention_bench.py` measures the forward pass"), "Both sweeps run the causal programs in the groups")
     failed = rows[rows.provider.eq("tutorial") & rows.status.str.startswith("wrong")]
     assert len(failed) == 6  # the shapes with no fraction of the tutorial (five on the H100, one on the H200)
+
+
+def test_no_tallies_of_differences_inside_the_noise():
+    for nb in (L, DD):
+        text = prose(nb)
+        for phrase in (" cases miss", "misses", " of 48 cases", "meets both targets", "ahead of the tutorial in every"):
+            assert phrase not in text, (nb, phrase)
 
 
 def test_the_fit_of_two_programs():
@@ -210,7 +207,7 @@ def test_the_fit_of_two_programs():
     fit["registers a thread, 2 programs per SM"] = 65536 // (2 * 32 * fit.warps)
     assert fit["shared KiB"].tolist() == [128, 96] and fit["programs per SM (shared)"].tolist() == [1, 2]
     assert fit["registers a thread, 2 programs per SM"].tolist() == [128, 256]
-    quotes(cell_with(L, "Two 8-warp programs would have to live on"),
+    quotes(cell_with(DD, "Two 8-warp programs would have to live on"),
            f"live on {fit.loc['pointer', 'registers a thread, 2 programs per SM']} registers a thread")
     assert tuple(fit.loc["descriptor", ["BLOCK_M", "BLOCK_N", "warps", "stages"]]) == tuple(tma_config(torch.float16, 128, False))[:4]
     assert tuple(fit.loc["pointer", ["BLOCK_M", "BLOCK_N", "warps", "stages"]]) == tuple(attention_config(torch.float16, 128, interpreter=False))
@@ -241,22 +238,24 @@ def test_the_tile_configuration_in_use():
     assert len(in_use) == 4 and (in_use.graph_tflops == best[["pointer", "tma"]].max(axis=1)).all()  # the fastest, each
     assert tune.groupby(["D", "causal", "kernel"]).size().to_dict() == {(D_, c, k): n for D_ in (64, 128) for c in (0, 1)
                                                                           for k, n in (("pointer", 10), ("tma", 6))}
-    text = cell_with(L, "The tuner's choice, predicted and measured")
+    text = cell_with(DD, "The tuner's choice, predicted and measured")
     for D_, c, words in ((64, 0, "without a mask"), (64, 1, "causal"), (128, 0, "without a mask"), (128, 1, "causal")):
         quotes(text, f"{best.loc[(D_, c), 'pointer' if D_ == 64 else 'tma']:.2f} against "
                      f"{best.loc[(D_, c), 'tma' if D_ == 64 else 'pointer']:.2f}")
     quotes(text, f"up to {tune.graph_spread.max():.1%} in this table")
     assert (best.loc[64, "pointer"] > best.loc[64, "tma"]).all() and (best.loc[128, "tma"] > best.loc[128, "pointer"]).all()
-    quotes(cell_with(L, "What the recording shows"), "none beats the pointer kernel's")
+    quotes(text, "none beats the pointer kernel's")
 
 
 def test_no_history_in_the_prose():
-    text = prose(L).lower()
-    for phrase in ("earlier recording", "before the fix", "commit ", "not reproduced", "was recorded before"):
-        assert phrase not in text, phrase
+    for nb in (L, DD):
+        text = prose(nb).lower()
+        for phrase in ("earlier recording", "before the fix", "commit ", "not reproduced", "was recorded before",
+                       "scratch", "not kept in"):
+            assert phrase not in text, (nb, phrase)
 
 
-# --- Where the misses come from (attention_causes_h100.csv, attention_causal_h100.csv) -------------
+# --- Where the remaining time goes (attention_causes_h100.csv, attention_causal_h100.csv) ---------
 
 
 @pytest.fixture(scope="module")
@@ -279,7 +278,7 @@ def test_the_last_wave_is_not_the_cause(causes):
     saved = 1 - (at4k.course / at4k.course.xs(64, level="heads")).where(~w_noisy.xs(4096, level="S").course)
     s66 = saved.xs(66, level="heads")
     assert s66.notna().all()  # every course timing at 66 heads is quiet
-    text = cell_with(L, "The partial wave is not why 4K misses")
+    text = cell_with(DD, "The partial wave costs nothing measurable")
     quotes(text, f"moves by {_pct(s66.min())} to {_pct(s66.max())}")
     assert s66.abs().max() < 0.03  # whole waves change the time per head by less than 3%
     f = per_head["of cuDNN"].xs((1, 4096), level=["causal", "S"])
@@ -289,7 +288,8 @@ def test_the_last_wave_is_not_the_cause(causes):
     assert abs(f.loc[(64, 66)] - f.loc[(64, 64)]) < 0.02 and abs(f.loc[(128, 66)] - f.loc[(128, 64)]) < 0.02
 
 
-def test_a_cost_per_program(both):
+def test_a_cost_per_program_is_not_established(both):
+    """The course's time grows less than the work from 4K to 8K, but by no more than the noise: the prose says so."""
     _, _, _, _, rows = both
     rec = rows.query("status == 'ok' and S >= 4096").pivot_table(index=["gpu", *KEY], columns="provider",
                                                                   values=["graph_tflops", "graph_spread"])
@@ -298,32 +298,50 @@ def test_a_cost_per_program(both):
     growth = 4 * tf_nc.xs(4096, level="S") / tf_nc.xs(8192, level="S")
     noisy_ = data.noisy(sp_nc.xs(4096, level="S")) | data.noisy(sp_nc.xs(8192, level="S"))
     g = growth.where(~noisy_).agg(["min", "max"])
-    text = cell_with(L, "does not grow with $S^2$")
+    text = cell_with(DD, "The course's time grows")
     quotes(text, f"The course's time grows {g.loc['min', 'course']:.2f} to {g.loc['max', 'course']:.2f} times, "
                  f"cuDNN's {g.loc['min', 'sdpa_cudnn']:.2f} to {g.loc['max', 'sdpa_cudnn']:.2f}")
-    quotes(text, f"(4 − {g.loc['min', 'course']:.2f})/3 = {(4 - g.loc['min', 'course']) / 3:.0%}")
-    assert g.loc["min", "course"] < 3.8 < g.loc["min", "sdpa_cudnn"]
+    shortfall = 1 - growth.course.where(~noisy_.course) / 4
+    larger = pd.concat([sp_nc.course.xs(4096, level="S"), sp_nc.course.xs(8192, level="S")], axis=1).max(axis=1)
+    worst = shortfall.idxmax()
+    assert worst == ("H100", "float16", 128)
+    quotes(text, f"the largest shortfall, {shortfall[worst]:.1%} (fp16, $D$ = 128, on the H100), rests on a timing whose "
+                 f"rounds spread {larger[worst]:.1%}")
+    assert shortfall[worst] - larger[worst] < 0.01  # within the spread of its own timing
+    others = shortfall.drop(worst).max()
+    quotes(text, f"the others, at most {others:.1%}")
+    assert others <= 0.08  # within the 5-8% by which runs differ
+    quotes(text, "not established by these recordings")
+    assert "12%" not in prose(DD)
 
 
 def test_the_order_of_causal_programs(causes):
     o = causes.query("part == 'b'")
     ot = o.pivot_table(index=["D", "S"], columns="provider", values="graph_ms")
     on = data.noisy(o.pivot_table(index=["D", "S"], columns="provider", values="graph_spread"))
+    osp = o.pivot_table(index=["D", "S"], columns="provider", values="graph_spread")
     groups = ot[["lpt8", "lpt16", "lpt64"]].rdiv(ot.course, axis=0)
     gn = on[["lpt8", "lpt16", "lpt64"]].apply(lambda col: col | on.course)
     assert not gn.any().any()  # every ratio below rests on quiet timings
-    small = groups[["lpt8", "lpt16"]]
-    at = lambda S: small.xs(S, level="S").stack()  # noqa: E731
-    text = cell_with(L, "Measured: groups of 8 or 16 heads gain")
-    quotes(text, f"gain {(at(4096).min() - 1) * 100:.0f} to {(at(4096).max() - 1) * 100:.0f}% at 4K")
-    quotes(text, f"up to {(at(8192).max() - 1) * 100:.0f}% at 8K")
+    larger = pd.DataFrame({g: osp[[g, "course"]].max(axis=1) for g in ("lpt8", "lpt16")})
+    text = cell_with(DD, "Measured: at 4K, groups of 8 or 16 heads gain")
+    for D_, words in ((64, "more than their timings spread"), (128, "no more than theirs")):
+        gain, spread = groups.loc[(D_, 4096), ["lpt8", "lpt16"]] - 1, larger.loc[(D_, 4096)]
+        quotes(text, f"{gain.lpt8:.1%} and {gain.lpt16:.1%} at $D$ = {D_}".replace("%", "", 1))
+        quotes(text, f"{words} ({spread.lpt8:.1%} and {spread.lpt16:.1%})".replace("%", "", 1))
+        assert (gain > spread).all() if D_ == 64 else (gain <= spread).all()
+    at = lambda S: groups[["lpt8", "lpt16"]].xs(S, level="S").stack()  # noqa: E731
+    quotes(text, f"at 8K up to {(at(8192).max() - 1) * 100:.0f}%")
     quotes(text, f"({at(16384).min():.3f} to {at(16384).max():.3f})")
     quotes(text, f"lose up to {(1 - groups.lpt64.min()) * 100:.0f}%")
-    assert at(4096).min() > 1.03 and groups.lpt64.min() < 0.9
+    assert 1 - groups.lpt64.min() > osp[["course", "lpt8", "lpt16", "lpt64"]].max().max()  # more than these timings spread
+    quotes(text, "more than any of these timings spread")
     assert [heads_per_group(S, D, 2, True, 64) for D, S in groups.index] == [16, 8, 4, 8, 4, 2]
 
 
-def test_the_causal_cases_with_the_groups():
+@pytest.fixture(scope="module")
+def causal_run():
+    """The second H100 run of the causal shapes, as the deep dive pivots it: (order, order_noisy, ct, cn)."""
     causal = data.load("attention_causal", gpu="h100")
     assert causal.attrs["provenance"]["commit"] != "d5ce146"  # measured with the groups in the kernel
     cok = causal.query("status == 'ok'")
@@ -334,29 +352,74 @@ def test_the_causal_cases_with_the_groups():
                           "of the tutorial": ct.course / ct.tutorial})
     order_noisy = pd.DataFrame({"groups / head order": cn.course | cn.course_g1, "of cuDNN": cn.course | cn.sdpa_cudnn,
                                 "of the tutorial": cn.course | cn.tutorial})
-    c = order.where(~order_noisy)
-    text = cell_with(L, "With the groups, every causal case at $D$ = 64 meets both targets")
-    d64 = c.xs(64, level="D")
-    quotes(text, f"{d64['of cuDNN'].min():.3f} to {d64['of cuDNN'].max():.3f} of cuDNN and "
-                 f"{d64['of the tutorial'].min():.3f} to {d64['of the tutorial'].max():.3f} of the tutorial")
-    assert d64["of cuDNN"].min() >= 0.90 and d64["of the tutorial"].min() >= 0.98
-    g = c["groups / head order"]
+    return order, order_noisy, ct, cn
+
+
+def test_two_runs_of_the_causal_cases(both, causal_run):
+    """The deep dive: the second H100 run against the sweep, reconciled as a range over both runs."""
+    frac, frac_noisy, t, sp, _ = both
+    order, order_noisy, ct, cn = causal_run
+    sweep = lambda col: col.loc["H100"].xs(1, level="causal")  # noqa: E731
+    again = pd.DataFrame({"sweep, of cuDNN": sweep(t.course) / sweep(t.sdpa_cudnn), "again, of cuDNN": order["of cuDNN"],
+                          "sweep, of the tutorial": sweep(t.course) / sweep(t.tutorial), "again, of the tutorial": order["of the tutorial"]})
+    again_noisy = pd.DataFrame({"sweep, of cuDNN": sweep(frac_noisy["of cuDNN"]), "again, of cuDNN": order_noisy["of cuDNN"],
+                                "sweep, of the tutorial": sweep(frac_noisy["of the tutorial"]),
+                                "again, of the tutorial": order_noisy["of the tutorial"]})
+    a = again.where(~again_noisy)
+    d128, d64 = a.xs(128, level="D"), a.xs(64, level="D")
+    text = cell_with(DD, "The two runs disagree")
+    s1, s2 = d128["sweep, of cuDNN"], d128["again, of cuDNN"]
+    quotes(text, f"the sweep puts the course at {s1.min():.3f} to {s1.max():.3f} of cuDNN, the second run at "
+                 f"{s2.min():.3f} to {s2.max():.3f}; together, {min(s1.min(), s2.min()):.3f} to {max(s1.max(), s2.max()):.3f}")
+    tut = d128.filter(like="tutorial").stack()
+    quotes(text, f"Against the tutorial at $D$ = 128, {tut.min():.3f} to {tut.max():.3f} over the two runs")
+    cudnn_sweep = sweep(t.sdpa_cudnn).where(~data.noisy(sweep(sp.sdpa_cudnn)))
+    moved = (ct.sdpa_cudnn.where(~cn.sdpa_cudnn) / cudnn_sweep - 1).abs()
+    quotes(text, f"cuDNN alone moved up to {moved.max():.1%}")
+    assert moved.max() > sp.sdpa_cudnn.loc["H100"].xs(1, level="causal").loc[moved.idxmax()]  # more than its rounds spread
+    quotes(text, f"within about {min(s1.min(), s2.min()):.2f} to {max(s1.max(), s2.max()):.2f} of it")
+    c64 = d64["again, of cuDNN"]
+    t64 = d64["again, of the tutorial"]
+    s64 = d64["sweep, of cuDNN"]
+    quotes(text, f"the second run has {c64.min():.3f} to {c64.max():.3f} of cuDNN (the sweep {s64.min():.3f} to "
+                 f"{s64.max():.3f}) and {t64.min():.3f} to {t64.max():.3f} of the tutorial")
+    g = order["groups / head order"].where(~order_noisy["groups / head order"])
     for S, words in ((4096, "at 4K"), (8192, "at 8K")):
         x = g.xs(S, level="S")
         quotes(text, f"{(x.min() - 1) * 100:.1f} to {(x.max() - 1) * 100:.1f}% {words}")
+        assert (x.dropna() > 1).all()  # the same sign as the causes run's groups
     x = g.xs((128, 16384), level=["D", "S"]).sort_values()
     quotes(text, f"({x.iloc[0]:.3f} and {x.iloc[1]:.3f})")
-    misses = c[(c["of cuDNN"] < 0.90) | (c["of the tutorial"] < 0.98)]
-    assert set(misses.index.get_level_values("D")) == {128} and len(misses) == 4
-    quotes(text, "four causal cases still miss")
-    cud = misses["of cuDNN"][misses["of cuDNN"] < 0.90]
-    quotes(text, f"{cud.min():.3f} to {cud.max():.3f} of cuDNN")
-    assert sorted(cud.index.droplevel("D")) == [("bfloat16", 4096), ("bfloat16", 16384), ("float16", 8192), ("float16", 16384)]
-    tut = misses["of the tutorial"][misses["of the tutorial"] < 0.98].sort_values()
-    assert set(tut.index.get_level_values("S")) == {16384}
-    quotes(text, f"{tut.iloc[0]:.3f} and {tut.iloc[1]:.3f} of the tutorial at 16K")
-    k = prose(L)
-    quotes(k, f"measured, {(g.xs(4096, level='S').min() - 1) * 100:.0f} to {(g.xs(4096, level='S').max() - 1) * 100:.0f}% at 4K")
+    quotes(cell_with(DD, "So in this run the tutorial's lead"), f"runs at {t64.min():.3f} to {t64.max():.3f} of the tutorial")
+
+
+def test_the_lesson_against_cudnn_across_runs(both, causal_run):
+    """The lesson: the fraction of cuDNN from 4K on over both GPUs' sweeps and the second H100 run, and cuDNN's own
+    move between the two H100 runs, larger than its rounds' spread in either."""
+    runs = {"H100": data.load("attention", gpu="h100"), "H200": data.load("attention", gpu="h200"),
+            "H100 again": data.load("attention_causal", gpu="h100")}
+    rec = pd.concat(runs, names=["run", "row"]).query("status == 'ok' and S >= 4096")
+    t = rec.pivot_table(index=["run", *KEY], columns="provider", values="graph_tflops")
+    sp = rec.pivot_table(index=["run", *KEY], columns="provider", values="graph_spread")
+    frac = (t.course / t.sdpa_cudnn).where(~data.noisy(sp[["course", "sdpa_cudnn"]]).any(axis=1))
+    by_d = frac.groupby("D").agg(["min", "median", "max"]).round(2)
+    text = cell_with(L, "At $D$ = 128 causal the two H100 runs disagree")
+    quotes(text, f"runs at {by_d.loc[128, 'min']:.2f} to {by_d.loc[128, 'max']:.2f} of cuDNN's speed at $D$ = 128 and "
+                 f"{by_d.loc[64, 'min']:.2f} to {by_d.loc[64, 'max']:.2f} at $D$ = 64 (medians {by_d.loc[128, 'median']:.2f} "
+                 f"and {by_d.loc[64, 'median']:.2f})")
+    quotes(prose(L), f"runs at {by_d.loc[128, 'min']:.2f} to {by_d.loc[128, 'max']:.2f} of cuDNN's speed at $D$ = 128 and "
+                     f"{by_d.loc[64, 'min']:.2f} to {by_d.loc[64, 'max']:.2f} at $D$ = 64, across two GPUs and two runs")
+    r = frac.xs((128, 1), level=["D", "causal"]).groupby("run").agg(["min", "max"])
+    quotes(text, f"the sweep puts the course at {r.loc['H100', 'min']:.2f} to {r.loc['H100', 'max']:.2f} of cuDNN, "
+                 f"the second run at {r.loc['H100 again', 'min']:.2f} to {r.loc['H100 again', 'max']:.2f}")
+    h100 = pd.DataFrame({run: t.sdpa_cudnn.loc[run] for run in ("H100", "H100 again")}).dropna()
+    h100_sp = pd.DataFrame({run: sp.sdpa_cudnn.loc[run] for run in ("H100", "H100 again")}).loc[h100.index]
+    moved = (h100["H100 again"] / h100["H100"] - 1).where(~data.noisy(h100_sp).any(axis=1))
+    worst = moved.abs().idxmax()
+    assert worst == ("float16", 128, 1, 8192)
+    quotes(text, f"cuDNN alone moved {moved[worst]:.1%} (fp16, $D$ = 128, 8K), while its rounds spread "
+                 f"{h100_sp.loc[worst, 'H100']:.1%} and {h100_sp.loc[worst, 'H100 again']:.1%} within each run")
+    assert abs(moved[worst]) > h100_sp.loc[worst].max()
 
 
 def test_the_tutorials_tile(causes):
@@ -367,7 +430,7 @@ def test_the_tutorials_tile(causes):
     tiles_noisy = tn[tiles.columns].apply(lambda col: col | tn.tutorial)
     assert not tiles_noisy.any().any()
     ours_theirs = tiles.course / tiles.tut_128_64_8_3
-    text = cell_with(L, "So the tutorial's lead at $D$ = 64 causal is its small tile")
+    text = cell_with(DD, "So in this run the tutorial's lead")
     quotes(text, f"ours {ours_theirs.min():.3f} to {ours_theirs.max():.3f} times theirs")
     quotes(text, f"theirs runs at {tiles.tut_64_64_4_3.min():.3f} to {tiles.tut_64_64_4_3.max():.3f} of its pick")
     ours = tiles[["tma_64_64_4_2", "tma_64_64_4_3"]].stack()
@@ -388,7 +451,7 @@ def test_the_stages_left_out():
     left_out["no softmax, of cuDNN"] = ms.sdpa_cudnn / ms.nosm
     left_out_noisy["no softmax, of cuDNN"] = so_noisy.nosm | so_noisy.sdpa_cudnn
     c = left_out.where(~left_out_noisy)
-    text = cell_with(L, "Measured: without the softmax the kernel runs")
+    text = cell_with(DD, "Measured: without the softmax the kernel runs")
     r = lambda col: (c[col].min(), c[col].max())  # noqa: E731
     quotes(text, "without the softmax the kernel runs {:.3f} to {:.3f} times as fast".format(*r("no softmax")))
     assert c["no softmax"].notna().xs(4096, level="S").all() and c["no softmax"].isna().xs(16384, level="S").all()
@@ -402,7 +465,6 @@ def test_the_stages_left_out():
     quotes(text, f"spread up to {worst:.1%}")
     assert c["no softmax"].min() > max(c["no rescale"].max(), c["no mask"].max())  # the softmax first
     assert worst < 0.10 and c["no mask"].max() - 1 < worst
-    quotes(prose(L), f"this kernel would run {c['no softmax, of cuDNN'].min():.2f} times cuDNN's speed")
 
 
 def test_the_counters():
@@ -411,7 +473,7 @@ def test_the_counters():
     prof = ncu.pivot_table(index=["case", "metric"], columns="provider", values="value")
     ratio = (prof.course / prof.cudnn).round(3)
     d128, d64 = "float16 S=16384 D=128 causal", "float16 S=16384 D=64 not causal"
-    text = cell_with(L, "cuDNN's kernel is persistent")
+    text = cell_with(DD, "cuDNN's kernel is persistent")
     threads = prof.cudnn.loc[(d128, "Threads")]
     quotes(text, f"{threads:,.0f} threads, {threads / 132:.0f} on each of the 132 SMs")
     quotes(text, f"the course {ratio.loc[(d128, 'Executed Instructions')]:.3f} times as many")

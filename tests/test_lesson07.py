@@ -1,9 +1,9 @@
-"""Lesson 07 (attention): the notebook's teaching cells (the trace, the correctness table, the large
-scores, the merge) against float64, the tiles against brute force, the lesson's pandas cells on a
-frame from the live sweep (its GPU faked), the benchmark's logic (tools/attention_bench.py) on the CPU
-(rounds, medians, spreads),
-and the exercise checkers, each fed the right answer, the untouched template, and the plausible
-wrong answers, one test each.
+"""Lesson 07 (attention) and its deep dive: the notebooks' teaching cells (the trace, the teaching kernel
+against the library, the correctness table, the large scores, the merge) against float64, the tiles against
+brute force, the lesson's pandas cells on a frame from the live sweep (its GPU faked), the sweep's figure, the
+benchmark's logic (tools/attention_bench.py) on the CPU (rounds, medians, spreads), and the exercise checkers
+(``test_checker_*``), each fed the right answer, the untouched template, and the plausible wrong answers, one test
+each.
 
 Every checker must print exactly one line and never raise, whatever the learner wrote.
 """
@@ -29,22 +29,23 @@ from helpers.reference import round_up_err
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = ROOT / "notebooks" / "07_attention.ipynb"
+DEEP_DIVE = ROOT / "notebooks" / "07d_attention_in_depth.ipynb"
 
 
-def _notebook_code(startswith: str) -> str:
+def _notebook_code(startswith: str, notebook: Path = NOTEBOOK) -> str:
     """The source of the notebook's code cell that starts with ``startswith``."""
-    cells = [("".join(c["source"]), c["cell_type"]) for c in json.loads(NOTEBOOK.read_text())["cells"]]
+    cells = [("".join(c["source"]), c["cell_type"]) for c in json.loads(notebook.read_text())["cells"]]
     hits = [s for s, t in cells if t == "code" and s.lstrip().startswith(startswith)]
-    assert len(hits) == 1, f"expected one code cell starting with {startswith!r}, found {len(hits)}"
+    assert len(hits) == 1, f"expected one code cell starting with {startswith!r} in {notebook.name}, found {len(hits)}"
     return hits[0]
 
 
-def _run_cells(*starts, **names) -> dict:
+def _run_cells(*starts, notebook: Path = NOTEBOOK, **names) -> dict:
     """Run the notebook's cells that start with ``starts``, in order, in one namespace."""
     ns = dict(helpers=helpers, torch=torch, math=math, pd=pd, data=data, gpu_data=gpu_data, lesson07=lesson07,
               plots=plots, attention=attention, naive_attention=naive_attention, round_up_err=round_up_err, **names)
     for s in starts:
-        exec(_notebook_code(s), ns)
+        exec(_notebook_code(s, notebook), ns)
     return ns
 
 
@@ -132,10 +133,68 @@ def test_plot_tiles():
     matplotlib.pyplot.close(fig)
 
 
+@pytest.mark.parametrize("heads,seq,d,bm,bn", [(3, 50, 16, 32, 16), (2, 37, 32, 16, 32), (1, 64, 16, 16, 16),
+                                               (2, 5, 16, 16, 16), (1, 45, 64, 32, 16)])
+def test_the_teaching_kernel_agrees_with_the_library(tmp_path, heads, seq, d, bm, bn):
+    """The lesson's attention_kernel, as its cell defines it, and helpers.attention on the same inputs (lengths that
+    are and are not multiples of the blocks, BLOCK_M larger than, equal to and smaller than BLOCK_N)."""
+    import triton
+
+    kernel = _module_from(_notebook_code("@triton.jit\ndef attention_kernel"), tmp_path, f"k07_teach_{seq}_{bm}_{bn}").attention_kernel
+    g = torch.Generator().manual_seed(seq)
+    q, k, v = (torch.randn(heads, seq, d, generator=g).to(helpers.DEVICE) for _ in range(3))
+    out = torch.empty_like(q)
+    kernel[(triton.cdiv(seq, bm), heads)](out, q, k, v, seq, q.stride(0), math.log2(math.e) / math.sqrt(d),
+                                          HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn)
+    tol = 1e-2 if helpers.ON_GPU else 1e-5  # on a GPU the kernel's q @ k^T rounds to TF32
+    torch.testing.assert_close(out, attention(q, k, v), atol=tol, rtol=tol)
+    torch.testing.assert_close(out.cpu().double(), lesson07.reference_attention(q, k, v)[0], atol=tol, rtol=tol)
+
+
+def test_the_teaching_kernels_launch_cell(tmp_path):
+    import triton
+
+    kernel = _module_from(_notebook_code("@triton.jit\ndef attention_kernel"), tmp_path, "k07_teach_cell").attention_kernel
+    ns = _run_cells("torch.manual_seed(0)\nheads, seq, d", attention_kernel=kernel, triton=triton)
+    torch.testing.assert_close(ns["out"].cpu().double(), ns["ref"], atol=1e-2 if helpers.ON_GPU else 1e-5, rtol=1e-3)
+
+
+def _sweep_frame():
+    att = data.load("attention", gpu="h100")
+    ok = att.query("status == 'ok'")
+    tf = ok.pivot_table(index=["dtype", "D", "causal", "S"], columns="provider", values="graph_tflops").loc["float16"]
+    failed = att[att.status.str.startswith("wrong") & att.dtype.eq("float16")][["D", "causal", "S", "provider"]]
+    return tf, failed.itertuples(index=False)  # an iterator, as the deep dive passes it
+
+
+@pytest.mark.parametrize("providers", [["course", "sdpa_cudnn", "naive"],
+                                       ["course", "course_pointer", "tutorial", "sdpa", "sdpa_cudnn", "sdpa_flash",
+                                        "sdpa_efficient", "naive"]], ids=["lesson", "deep dive"])
+def test_the_sweep_figure_keeps_its_legend_off_the_data(providers):
+    """One legend, below every panel (it hid the tutorial's points when it sat inside the first one), and the
+    outputs that failed the float64 check marked, with their own legend entry, where the tutorial is drawn."""
+    tf, failed = _sweep_frame()
+    fig = lesson07.plot_sweep(tf[providers], providers, failed=failed)
+    try:
+        assert len(fig.legends) == 1 and not any(ax.get_legend() for ax in fig.axes)
+        fig.canvas.draw()
+        r = fig.canvas.get_renderer()
+        top = fig.legends[0].get_window_extent(r).y1
+        assert all(top <= ax.get_tightbbox(r).y0 + 1 for ax in fig.axes)
+        labels = [t.get_text() for t in fig.legends[0].get_texts()]
+        assert labels[:len(providers)] == providers
+        assert any("failed the float64 check" in t for t in labels) == ("tutorial" in providers)
+        crosses = [line for ax in fig.axes for line in ax.lines if line.get_marker() == "x"]
+        assert len(crosses) == (2 if "tutorial" in providers else 0)  # fp16: D = 64 at 8K, D = 128 at 4K
+    finally:
+        matplotlib.pyplot.close(fig)
+
+
 def test_launch_cell_and_the_correctness_table():
     from helpers.kernels.attention import attention_plan
 
-    ns = _run_cells("torch.manual_seed(0)\nq = torch.randn", "TOLERANCES = {", "cases = (", attention_plan=attention_plan)
+    ns = _run_cells("torch.manual_seed(0)\nq = torch.randn", "TOLERANCES = {", "cases = (", notebook=DEEP_DIVE,
+                    attention_plan=attention_plan)
     correct = ns["correct"]
     assert len(correct) == 3 * len(ns["cases"])
     names = set(correct.index.get_level_values("case"))  # irregular lengths, causal, one query, a scale, large scores
@@ -144,7 +203,7 @@ def test_launch_cell_and_the_correctness_table():
 
 
 def test_tolerance_grows_with_the_scores():
-    ns = _run_cells("TOLERANCES = {")
+    ns = _run_cells("TOLERANCES = {", notebook=DEEP_DIVE)
     tolerance, tolerances = ns["tolerance"], ns["TOLERANCES"]
     q = torch.ones(1, 2, 16)
     a_small, r = tolerance(q, q, q)
@@ -210,13 +269,10 @@ def test_the_measured_cells_run_on_the_live_rows(capsys, monkeypatch):
     for r in rows:  # the live sweep's lengths, 1K and 4K (S >= 4K selects the second), and made-up speeds
         r["S"], r["graph_tflops"] = {32: 1024, 48: 4096}[r["S"]], {"course": 3.0, "course_pointer": 2.4, "sdpa": 4.0, "naive": 1.0}.get(r["provider"])
     att = data.frame(rows, gpu_data.provenance("test"))
-    ns = _run_cells('ok = att.query("status', "fp16 = tf.loc", "long = tf.query", "clean = share.where",
-                    'nv = ok.query("provider', "(tf.course / tf.naive)", 'mib = ok.query("dtype', att=att)
-    assert ns["noisy"].loc["float16"].values.any()  # a 50% spread in every graph timing: all marked
-    assert set(ns["providers"]) == {"course", "course_pointer", "sdpa", "naive"}
-    share = ns["share"]
-    assert len(share) == 2 and share["of cuDNN"].isna().all() and (share["of the fastest SDPA"] == 0.75).all()
-    assert ns["share_noisy"]["of the fastest SDPA"].all()
+    ns = _run_cells('ok = att.query("status', "plots.show(lesson07.plot_sweep", "(tf.course / tf.naive)", att=att)
+    assert ns["noisy"].loc["float16"][["course", "naive"]].values.all()  # a 50% spread in every graph timing: all marked
+    assert list(ns["tf"].columns) == ["course", "sdpa_cudnn", "naive"]
+    assert ns["tf"].sdpa_cudnn.isna().all()  # cuDNN refuses CPU tensors: a column of NaN, no error
     matplotlib.pyplot.close("all")
 
 
@@ -361,7 +417,8 @@ def test_best_configs():
 def _module_from(src: str, tmp_path: Path, name: str):
     """Import ``src`` as a module from a file (Triton needs a kernel's source file)."""
     path = tmp_path / f"{name}.py"
-    path.write_text("import math\nimport torch\nimport triton\nimport triton.language as tl\n\n" + src)
+    path.write_text("import math\nimport torch\nimport triton\nimport triton.language as tl\n"
+                    "from helpers.kernels.attention import attention_block_update\n\n" + src)
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -424,11 +481,11 @@ WRONG_7_1 = {
 }
 
 
-def test_7_1_right(capsys):
+def test_checker_7_1_right(capsys):
     _assert(_verdict(capsys, lesson07.check_7_1, _ca_right), "correct")
 
 
-def test_7_1_untouched_template(capsys):
+def test_checker_7_1_untouched_template(capsys):
     ns = {}
     exec(_notebook_code("def causal_attention"), ns)
     _assert(_verdict(capsys, lesson07.check_7_1, ns["causal_attention"]), "not yet")
@@ -437,12 +494,12 @@ def test_7_1_untouched_template(capsys):
 
 
 @pytest.mark.parametrize("case", WRONG_7_1, ids=list(WRONG_7_1))
-def test_7_1_wrong_answers_get_hints(capsys, case):
+def test_checker_7_1_wrong_answers_get_hints(capsys, case):
     fn, hint = WRONG_7_1[case]
     _assert(_verdict(capsys, lesson07.check_7_1, fn), "wrong", hint)
 
 
-def test_7_1_other_wrong_answers(capsys):
+def test_checker_7_1_other_wrong_answers(capsys):
     def in_place(q, k, v, scale):
         q.mul_(scale)
         return _ca_right(q, k, v, 1.0)
@@ -481,6 +538,20 @@ WRONG_7_2 = {  # mistake -> (the replaced line, its wrong version, the words of 
                         "<=, not <"),
     "n_full off by one block": ([("n_full", "    n_full = (start_m * BLOCK_M // BLOCK_N + 1) * BLOCK_N")],
                                 "one block too far"),
+    # right outputs, wasted work: the checker reads the bounds
+    "end = seq (blocks above the diagonal loaded)": ([("end", "    end = seq")], "end = seq ignores causality"),
+    "n_full = 0 (every block masked)": ([("n_full", "    n_full = 0")], "n_full = 0 masks every block"),
+    "end = seq and n_full = 0": ([("n_full", "    n_full = 0"), ("end", "    end = seq")], "end = seq ignores causality"),
+    "end one block past the diagonal": ([("end", "    end = tl.minimum(seq, (start_m + 1) * BLOCK_M + BLOCK_N)")],
+                                        "end = seq ignores causality"),
+    "n_full one block short": ([("n_full", "    n_full = tl.maximum(0, (start_m * BLOCK_M + 1) // BLOCK_N * BLOCK_N - BLOCK_N)")],
+                               "n_full = 0 masks every block"),
+}
+
+RIGHT_BOUNDS_72 = {  # other ways to write the right bounds: the same blocks in each loop
+    "n_full without + 1 (blocks are powers of two)": [("n_full", "    n_full = start_m * BLOCK_M // BLOCK_N * BLOCK_N")],
+    "end rounded up to a block": [("end", "    end = tl.cdiv(tl.minimum(seq, (start_m + 1) * BLOCK_M), BLOCK_N) * BLOCK_N")],
+    "n_full bounded by the whole blocks": [("n_full", "    n_full = tl.minimum(seq // BLOCK_N * BLOCK_N, (start_m * BLOCK_M + 1) // BLOCK_N * BLOCK_N)")],
 }
 
 
@@ -518,34 +589,57 @@ def test_7_2_no_answer_on_screen_before_the_checker():
     assert "logaddexp" not in "\n".join(s for s, c in zip(src[:at73], cells) if c["cell_type"] == "code")
 
 
-def test_7_2_right(capsys, tmp_path):
+def test_checker_7_2_right(capsys, tmp_path):
     _assert(_verdict(capsys, lesson07.check_7_2, _kernel(RIGHT_72, tmp_path, "k72_right")), "correct")
 
 
-def test_7_2_right_without_the_redundant_bound(capsys, tmp_path):
+def test_checker_7_2_right_without_the_redundant_bound(capsys, tmp_path):
     src = _wrong_72([("keep", "        keep = cols[None, :] <= offs_m[:, None]")])
     _assert(_verdict(capsys, lesson07.check_7_2, _kernel(src, tmp_path, "k72_right2")), "correct")
 
 
-def test_7_2_untouched_template_is_not_yet(capsys, tmp_path):
+@pytest.mark.parametrize("case", RIGHT_BOUNDS_72, ids=list(RIGHT_BOUNDS_72))
+def test_checker_7_2_other_right_bounds(capsys, tmp_path, case):
+    kernel = _kernel(_wrong_72(RIGHT_BOUNDS_72[case]), tmp_path, "k72_ok_" + "".join(ch for ch in case if ch.isalnum()))
+    _assert(_verdict(capsys, lesson07.check_7_2, kernel), "correct")
+
+
+BOUNDS_HELPER = """
+@triton.jit
+def causal_bounds(start_m, seq, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    return (start_m * BLOCK_M + 1) // BLOCK_N * BLOCK_N, {end}
+
+
+"""
+
+
+@pytest.mark.parametrize("end,verdict", [("tl.minimum(seq, (start_m + 1) * BLOCK_M)", "correct"), ("seq", "wrong")])
+def test_checker_7_2_bounds_from_a_helper_function(capsys, tmp_path, end, verdict):
+    """Bounds computed by a @triton.jit function of the learner's are read all the same."""
+    src = _wrong_72([("n_full", "    n_full, end = causal_bounds(start_m, seq, BLOCK_M, BLOCK_N)"), ("end", "")])
+    kernel = _kernel(BOUNDS_HELPER.format(end=end) + src, tmp_path, f"k72_helper_{verdict}")
+    _assert(_verdict(capsys, lesson07.check_7_2, kernel), verdict, *(["ignores causality"] if verdict == "wrong" else []))
+
+
+def test_checker_7_2_untouched_template_is_not_yet(capsys, tmp_path):
     _assert(_verdict(capsys, lesson07.check_7_2, _kernel(TEMPLATE_72, tmp_path, "k72_template")), "not yet")
     _assert(_verdict(capsys, lesson07.check_7_2, None), "not yet")
 
 
 @pytest.mark.parametrize("case", WRONG_7_2, ids=list(WRONG_7_2))
-def test_7_2_wrong_kernels_get_hints(capsys, tmp_path, case):
+def test_checker_7_2_wrong_kernels_get_hints(capsys, tmp_path, case):
     changes, hint = WRONG_7_2[case]
     kernel = _kernel(_wrong_72(changes), tmp_path, "k72_" + "".join(ch for ch in case if ch.isalnum()))
     _assert(_verdict(capsys, lesson07.check_7_2, kernel), "wrong", hint)
 
 
-def test_7_2_out_of_bounds_store_is_wrong(capsys, tmp_path):
+def test_checker_7_2_out_of_bounds_store_is_wrong(capsys, tmp_path):
     src = RIGHT_72.replace(", o, mask=offs_m[:, None] < seq)", ", o)")
     assert src != RIGHT_72
     _assert(_verdict(capsys, lesson07.check_7_2, _kernel(src, tmp_path, "k72_oob")), "wrong", "past the end")
 
 
-def test_7_2_no_store_and_nan_results_are_told_apart(capsys, tmp_path):
+def test_checker_7_2_no_store_and_nan_results_are_told_apart(capsys, tmp_path):
     no_store = RIGHT_72.replace("    tl.store(out_ptr", "    if seq < 0:\n        tl.store(out_ptr")
     _assert(_verdict(capsys, lesson07.check_7_2, _kernel(no_store, tmp_path, "k72_nostore")), "wrong", "nothing was stored")
     nan_out = RIGHT_72.replace("    o = acc / l_i[:, None]", "    o = acc / (l_i[:, None] * 0.0)  * 0.0")
@@ -554,7 +648,7 @@ def test_7_2_no_store_and_nan_results_are_told_apart(capsys, tmp_path):
     assert "nothing was stored" not in line
 
 
-def test_7_2_not_a_kernel(capsys):
+def test_checker_7_2_not_a_kernel(capsys):
     _assert(_verdict(capsys, lesson07.check_7_2, lambda *a: None), "wrong", "@triton.jit")
 
 
@@ -586,26 +680,30 @@ WRONG_7_3 = {
     "base-2 weights": (
         lambda o, lp: ((o * torch.exp2(lp - torch.logsumexp(lp * math.log(2), 0) / math.log(2))[..., None]).sum(0),
                        _lse(lp)), "powers of 2"),
+    "exp2 weights of natural-log differences": (
+        lambda o, lp: ((o * torch.exp2(lp - _lse(lp))[..., None]).sum(0), _lse(lp)), "torch.exp, not torch.exp2"),
+    "weights shifted by the largest lse, not divided by their sum": (
+        lambda o, lp: ((o * torch.exp(lp - lp.max(0).values)[..., None]).sum(0), _lse(lp)), "not divided by their sum"),
 }
 
 
-def test_7_3_right(capsys):
+def test_checker_7_3_right(capsys):
     _assert(_verdict(capsys, lesson07.check_7_3, combine_answer), "correct")
 
 
-def test_7_3_untouched_template(capsys):
+def test_checker_7_3_untouched_template(capsys):
     ns = {}
     exec(_notebook_code("def combine"), ns)
     _assert(_verdict(capsys, lesson07.check_7_3, ns["combine"]), "not yet")
 
 
 @pytest.mark.parametrize("case", WRONG_7_3, ids=list(WRONG_7_3))
-def test_7_3_wrong_answers_get_hints(capsys, case):
+def test_checker_7_3_wrong_answers_get_hints(capsys, case):
     fn, hint = WRONG_7_3[case]
     _assert(_verdict(capsys, lesson07.check_7_3, fn), "wrong", hint)
 
 
-def test_7_3_other_wrong_answers(capsys):
+def test_checker_7_3_other_wrong_answers(capsys):
     def in_place(o, lp):
         lp.sub_(1.0)
         return combine_answer(o, lp + 1.0)
