@@ -1,5 +1,7 @@
-"""Lesson 09's prose quotes the recorded peers (figures/data/sampling_peers_h100.csv): each number is
-re-derived here with the lesson's own pandas lines."""
+"""Lesson 09's prose quotes its recordings: each number is re-derived here with the notebooks' own pandas lines.
+The lesson (claims.notebook("09")) reads the H100 benchmark (figures/data/sampling_h100.csv, one run: every provider
+beside the same copy); its deep dive (claims.notebook("09d")) reads that benchmark, the H200's, the A/B recordings of
+the lane kernels, FlashInfer's, and what a call costs the CPU."""
 
 from __future__ import annotations
 
@@ -8,165 +10,173 @@ import inspect
 from claims import cell_with, code_cell_with, quotes
 from helpers import data
 
-CLAIM = "reaches 0.013 to"
-
-
-def _peers():
-    return data.load("sampling_peers", gpu="h100")
-
-
-def test_softmax_topk_fraction_of_one_read_at_many_rows():
-    big = _peers().query("M >= 64 and provider == 'torch_softmax_topk'")
-    text = cell_with("09", CLAIM)
-    quotes(text, f"{big.frac_of_one_read.min():.3f} to {big.frac_of_one_read.max():.3f} of one read", "{}")
-
-
-def test_hugging_face_chain_range():
-    hf = _peers().query("provider == 'torch_hf_sample'")
-    quotes(cell_with("09", CLAIM), f"{round(hf.ms.min() * 1000)} µs to {round(hf.ms.max(), 1)} ms", "{}")
-
-
-def test_few_rows_copy_and_pytorch_floor():
-    few = _peers().query("M <= 8").assign(us=lambda d: d.ms * 1000)
-    copy = few.provider == "copy"
-    text = cell_with("09", CLAIM)
-    quotes(text, f"the copy takes {few[copy].us.min():.1f} to {few[copy].us.max():.1f} µs", "{}")
-    quotes(text, f"spends {few[~copy].us.min():.0f} µs or more", "{}")
-
-
-def test_the_derivations_are_in_sight():
-    cell = code_cell_with("09", 'provider == \'torch_softmax_topk\'"')
-    assert "frac_of_one_read.min()" in cell and "hf.ms.min()" in cell and "few[~copy].us.min()" in cell
-
-
-# The course against its peers (figures/data/sampling_h100.csv, one run: every provider beside the same copy), as
-# the lesson's cells derive it.
+# ---- The lesson: the course against its peers, as the lesson's cells derive it ----------------------------------
 FEW = "At one and eight rows `softmax_topk` takes"
 MANY = "At 64 and 256 rows `softmax_topk` reaches"
+DESIGN = "This lesson's design reaches"
 TOPK = ["course_softmax_topk", "torch_softmax_topk", "compile_softmax_topk"]
+SHAPE = ["dtype", "M", "N"]
 
 
 def _bench():
     return data.load("sampling", gpu="h100")
 
 
-def _few_us():
-    return _bench().query("M <= 8").pivot_table(index=["dtype", "M", "N"], columns="provider", values="graph_us")
+def _table(values):
+    return _bench().pivot_table(index=SHAPE, columns="provider", values=values)
+
+
+def _few():
+    us = _table("graph_us")
+    return us, us.index.get_level_values("M") <= 8
+
+
+def _noisy():
+    return data.noisy(_table("graph_spread"))
 
 
 def test_few_rows_course_against_pytorch_in_microseconds():
-    us = _few_us()
+    us, few = _few()
     text = cell_with("09", FEW)
-    ratio = us[["torch_softmax_topk", "compile_softmax_topk"]].min(axis=1) / us.course_softmax_topk
-    quotes(text, f"takes {us.course_softmax_topk.min():.1f} to {us.course_softmax_topk.max():.1f} µs", "{}")
-    quotes(text, f"takes {ratio.min():.2f} to {ratio.max():.2f} times as long", "{}")
-    assert (ratio > 1).all() and "the course is ahead of both at every shape" in text
-    first = us.course_topk_per_program
-    quotes(text, f"(the first design alone {first.min():.1f} to {first.max():.1f})", "{}")
-
-
-def _few_noisy():
-    return data.noisy(_bench().query("M <= 8").pivot_table(index=["dtype", "M", "N"], columns="provider",
-                                                           values="graph_spread"))
+    ratio = (us[["torch_softmax_topk", "compile_softmax_topk"]].min(axis=1) / us.course_softmax_topk)[few]
+    t = us.course_softmax_topk[few]
+    quotes(text, f"takes {t.min():.1f} to {t.max():.1f} µs", "{}")
+    quotes(text, f"compiled version {ratio.min():.2f} to {ratio.max():.2f} times as long", "{}")
+    assert (ratio > 1.08).all() and "the course is ahead of both at every shape" in text  # beyond the noise
+    design = us.course_topk_per_program[few]
+    quotes(text, f"This lesson's design takes {design.min():.1f} to {design.max():.1f} µs there", "{}")
 
 
 def test_few_rows_sample_against_the_hugging_face_chain_and_the_copy():
-    us = _few_us()
+    us, few = _few()
     text = cell_with("09", FEW)
-    quiet = ~_few_noisy().course_sample  # the ranges leave out sample's noisy cells
-    sample = us.course_sample[quiet]
-    ratio = (us[["torch_hf_sample", "compile_hf_sample"]].min(axis=1) / us.course_sample)[quiet]
+    quiet = ~_noisy().course_sample  # the ranges leave out sample's noisy cells (none at these rows)
+    assert quiet[few].all()
+    sample = us.course_sample[few & quiet]
+    ratio = (us[["torch_hf_sample", "compile_hf_sample"]].min(axis=1) / us.course_sample)[few & quiet]
     quotes(text, f"`sample` takes {sample.min():.1f} to {sample.max():.1f} µs", "{}")
     quotes(text, f"chain {ratio.min():.1f} to {ratio.max():.1f} times as long", "{}")
-    quotes(text, f"copy's {us['copy'].min():.1f} to {us['copy'].max():.1f} µs", "{}")
-    assert us.compile_hf_sample.loc[:, 8].isna().all()  # "fails in Inductor at eight rows"
+    quotes(text, f"copy's {us['copy'][few].min():.1f} to {us['copy'][few].max():.1f} µs", "{}")
+    assert us.compile_hf_sample[few].loc[:, 8].isna().all()  # "fails in Inductor ... from eight rows on"
+    assert "fails in Inductor, its compiler, from eight rows on" in cell_with("09", "then the sampling chain")
 
 
 def test_many_rows_fraction_of_one_read_and_where_the_course_is_ahead():
-    many = _bench().query("M >= 64")
-    frac = many.pivot_table(index=["dtype", "M", "N"], columns="provider", values="frac_of_one_read")
+    frac = _table("frac_of_one_read").query("M >= 64")
     peer = frac[["torch_softmax_topk", "compile_softmax_topk"]].max(axis=1)
     course = frac.course_softmax_topk
     text = cell_with("09", MANY)
     quotes(text, f"reaches {course.min():.3f} to {course.max():.3f} of one read", "{}")
     quotes(text, f"(eager or compiled) {peer.min():.3f} to {peer.max():.3f}", "{}")
-    first = frac.course_topk_per_program
-    quotes(text, f"the first design alone {first.min():.3f} to {first.max():.3f}", "{}")
-    quotes(text, f"{(course / first).min():.1f} to {(course / first).max():.1f} times as fast as the first", "{}")
-    assert len(frac.index[course > peer]) == len(frac) and "ahead of PyTorch at every shape" in text
+    assert (course > 1.08 * peer).all() and "ahead of PyTorch at every shape" in text
     met = course[course >= 0.85]  # the target met at these shapes only
-    assert len(met) == 1 and "at 0.85 of the floor at one shape only" in text
+    assert len(met) == 1 and "is met at one shape only" in text
     (d, M, N), = met.index
     quotes(text, f"{d} {M} × {N} ({met.iloc[0]:.3f})", "{}")
 
 
+def test_many_rows_sample_against_the_hugging_face_chain():
+    frac = _table("frac_of_one_read").query("M >= 64")
+    noisy = _noisy().query("M >= 64")
+    sample = frac.course_sample[~noisy.course_sample]
+    text = cell_with("09", MANY)
+    quotes(text, f"{sample.min():.3f} to {sample.max():.3f} of one read against "
+                 f"{frac.torch_hf_sample.min():.3f} to {frac.torch_hf_sample.max():.3f}", "{}")
+    assert (frac.course_sample > 1.08 * frac.torch_hf_sample).all()  # "at every shape"
+    assert noisy.to_numpy().sum() == 1 and noisy.course_sample.sum() == 1
+    (d, M, N), = noisy.index[noisy.course_sample]
+    quotes(text, f"its one cell spread over 10%, {d} {M} × {N}, left out of its range", "{}")
+
+
+def test_the_lessons_design_against_pytorch_and_softmax_topk():
+    us = _table("graph_us")
+    frac = _table("frac_of_one_read").query("M >= 64")
+    text = cell_with("09", DESIGN)
+    quotes(text, f"reaches {frac.course_topk_per_program.min():.3f} to {frac.course_topk_per_program.max():.3f}", "{}")
+    ratio = us[["torch_softmax_topk", "compile_softmax_topk"]].min(axis=1) / us.course_topk_per_program
+    assert len(ratio) == 32 and "over all 32 shapes it is no clear win" in text
+    assert ratio.min() < 1 / 1.08 and ratio.max() > 1.08  # behind at some shapes, ahead at others, beyond the noise
+    quotes(text, f"takes {ratio.min():.2f} to {ratio.max():.2f} times as long as it", "{}")
+    lanes = us.course_topk_per_program / us.course_softmax_topk
+    quotes(text, f"it takes {lanes.min():.1f} to {lanes.max():.1f} times as long as `softmax_topk`", "{}")
+    quotes(cell_with("09", "## Key points"), f"is {lanes.min():.1f} to {lanes.max():.1f} times as fast", "{}")
+
+
+def test_the_lessons_designs_bfloat16_is_no_faster():
+    first = _bench().query("M >= 64 and provider == 'course_topk_per_program'").pivot_table(
+        index=["M", "N"], columns="dtype", values="graph_us")
+    assert (first.bfloat16 >= 0.95 * first.float32).all()  # "half the bytes, is no faster than float32"
+    assert "half the bytes, is no faster than float32" in cell_with("09", DESIGN)
+
+
+def test_no_quoted_range_ends_on_a_noisy_cell():
+    """The lesson's ranges never rest on a cell whose rounds spread over 10%: at both ends of each range, every
+    provider the number comes from is quiet. The noisy cells it counts are the tables' `*`."""
+    spread = _table("graph_spread")
+    us, few = _few()
+    frac = _table("frac_of_one_read")
+    many = ~few
+    quiet = ~data.noisy(spread.course_sample)
+    peers = ["torch_softmax_topk", "compile_softmax_topk"]
+    ranges = [
+        (us.course_softmax_topk[few], ["course_softmax_topk"]),
+        ((us[peers].min(axis=1) / us.course_softmax_topk)[few], TOPK),
+        (us.course_sample[few & quiet], ["course_sample"]),
+        ((us[["torch_hf_sample", "compile_hf_sample"]].min(axis=1) / us.course_sample)[few & quiet],
+         ["course_sample", "torch_hf_sample", "compile_hf_sample"]),
+        (us["copy"][few], ["copy"]), (us.course_topk_per_program[few], ["course_topk_per_program"]),
+        (frac.course_softmax_topk[many], ["course_softmax_topk", "copy"]),
+        (frac.course_sample[many & quiet], ["course_sample", "copy"]),
+        (frac.course_topk_per_program[many], ["course_topk_per_program", "copy"]),
+        (us[peers].min(axis=1) / us.course_topk_per_program, ["course_topk_per_program"] + peers),
+        (us.course_topk_per_program / us.course_softmax_topk, ["course_softmax_topk", "course_topk_per_program"]),
+    ]
+    for values, providers in ranges:
+        for at in (values.idxmin(), values.idxmax()):
+            assert (spread.loc[at, providers].fillna(0) <= 0.10).all(), (at, providers)
+    # at M <= 8 none in the lesson's tables, three of the lane design alone (in no table)
+    few_noisy = data.noisy(spread[few])
+    counts = few_noisy.sum()[few_noisy.sum() > 0].to_dict()
+    assert counts == {"course_topk_lanes": 3}, counts
+    assert "No cell of these two tables spread over 10%; three cells of the library's other design timed alone did" in \
+        cell_with("09", FEW)
+
+
+def test_the_benchmark_derivations_are_in_sight():
+    few = code_cell_with("09", "sample_ratio = ")
+    assert "torch_topk / us.course_topk_per_program" in few and "few & quiet" in few
+    many = code_cell_with("09", "peer, course, design = ")
+    assert "frac.index[course > peer]" in many and "design_ratio.min()" in many
+    assert "(us.course_topk_per_program / us.course_softmax_topk).min()" in many
+
+
+def test_the_teaching_kernels_are_launched_plainly():
+    """The lesson launches its two kernels as lesson 03 does, with no plan cache or launch runtime of the library's."""
+    cell = code_cell_with("09", "def softmax_topk_two_kernels(")
+    assert "topk_slice_kernel[(M, S)](" in cell and "topk_merge_kernel[(M,)](" in cell
+    lesson = "\n".join(code_cell_with("09", p) for p in ("def topk_slice_kernel(", "def topk_merge_kernel(")) + cell
+    for word in ("launch.", "Launch(", "_runner", "_cached", "RowSoftmax", "direct_launcher"):
+        assert word not in lesson, word
+
+
+# ---- The deep dive -----------------------------------------------------------------------------------------------
 def test_the_merge_not_the_read_limits_the_design():
     b = _bench()
     ends = b.query("(M == 256 and N == 256000) or (M == 64 and N == 32000)")
     ends = ends.pivot_table(index=["M", "N", "dtype"], columns="provider", values="graph_us")
     ends = ends.assign(one_read=ends["copy"] / 2)
     ends = ends.assign(above_read=ends.course_softmax_topk - ends.one_read)
-    text = cell_with("09", MANY)
+    text = cell_with("09d", "What limits the lane design shows at the two ends of the table")
     big, small = ends.loc[(256, 256000)], ends.loc[(64, 32000)]
     quotes(text, f"one read takes {big.one_read['float32']:.1f} µs in float32 and {big.one_read['bfloat16']:.1f} µs in bfloat16", "{}")
     quotes(text, f"`softmax_topk` {big.course_softmax_topk['float32']:.1f} µs and {big.course_softmax_topk['bfloat16']:.1f} µs", "{}")
-    quotes(text, f"(the first design {big.course_topk_per_program['float32']:.1f} and {big.course_topk_per_program['bfloat16']:.1f})", "{}")
+    quotes(text, f"(the per-program design {big.course_topk_per_program['float32']:.1f} and {big.course_topk_per_program['bfloat16']:.1f})", "{}")
     quotes(text, f": {big.above_read['float32']:.1f} and {big.above_read['bfloat16']:.1f} µs above the read", "{}")
-    assert "ends.course_softmax_topk - ends.one_read" in code_cell_with("09", "peer = frac")
+    assert "ends.course_softmax_topk - ends.one_read" in code_cell_with("09d", "ends = ends.assign(one_read")
     quotes(text, f"At 64 rows of 32000 one read takes {small.one_read['float32']:.1f} µs in float32 and "
                  f"`softmax_topk` {small.course_softmax_topk['float32']:.1f} µs", "{}")
     assert small.one_read["float32"] < 0.2 * small.course_softmax_topk["float32"]  # "most of it is the merge kernel"
-
-
-def test_the_benchmark_derivations_are_in_sight():
-    assert "topk_ratio[topk_ratio < 1]" in code_cell_with("09", "sample_ratio = ")
-    assert "frac.index[course > peer]" in code_cell_with("09", "peer = frac")
-
-
-def test_no_quoted_range_ends_on_a_noisy_cell():
-    """The prose's ranges never rest on a cell whose rounds spread over 10%: at both ends of each range,
-    every provider the number comes from is quiet. The noisy cells it counts are the tables' `*`."""
-    b = _bench()
-    spread = b.pivot_table(index=["dtype", "M", "N"], columns="provider", values="graph_spread")
-    us = _few_us()
-    many = b.query("M >= 64").pivot_table(index=["dtype", "M", "N"], columns="provider", values="frac_of_one_read")
-    few_quiet = ~data.noisy(spread.loc[us.index].course_sample)
-    many_quiet = ~data.noisy(spread.loc[many.index].course_sample)
-    ranges = [
-        (us.course_softmax_topk, ["course_softmax_topk"]),
-        (us[["torch_softmax_topk", "compile_softmax_topk"]].min(axis=1) / us.course_softmax_topk, TOPK),
-        (us.course_sample[few_quiet], ["course_sample"]),
-        ((us[["torch_hf_sample", "compile_hf_sample"]].min(axis=1) / us.course_sample)[few_quiet],
-         ["course_sample", "torch_hf_sample", "compile_hf_sample"]),
-        (us["copy"], ["copy"]), (us.course_topk_per_program, ["course_topk_per_program"]),
-        (many.course_softmax_topk, ["course_softmax_topk", "copy"]), (many.course_sample[many_quiet], ["course_sample", "copy"]),
-        (many.course_softmax_topk / many.course_topk_per_program, ["course_softmax_topk", "course_topk_per_program"]),
-    ]
-    for values, providers in ranges:
-        for at in (values.idxmin(), values.idxmax()):
-            assert (spread.loc[at, providers].fillna(0) <= 0.10).all(), (at, providers)
-    # the noisy cells the prose names: at M <= 8 none in its tables, three of the lane design alone (in no table)
-    few_noisy = data.noisy(spread.loc[us.index])
-    counts = few_noisy.sum()[few_noisy.sum() > 0].to_dict()
-    assert counts == {"course_topk_lanes": 3}, counts
-    text = cell_with("09", FEW)
-    assert "No cell of these two tables spread over 10%; three cells of the lane design alone did" in text
-    # at M >= 64 one, of sample
-    many_noisy = data.noisy(spread.loc[many.index])
-    assert many_noisy.to_numpy().sum() == 1 and many_noisy.course_sample.sum() == 1
-    (d, M, N), = many_noisy.index[many_noisy.course_sample]
-    quotes(cell_with("09", MANY), f"its one cell spread over 10%, {d} {M} × {N}, left out of its range", "{}")
-
-
-def test_many_rows_sample_against_the_hugging_face_chain():
-    many = _bench().query("M >= 64")
-    frac = many.pivot_table(index=["dtype", "M", "N"], columns="provider", values="frac_of_one_read")
-    noisy = data.noisy(many.pivot_table(index=["dtype", "M", "N"], columns="provider", values="graph_spread"))
-    sample = frac.course_sample[~noisy.course_sample]
-    text = cell_with("09", MANY)
-    quotes(text, f"{sample.min():.3f} to {sample.max():.3f} of one read against "
-                 f"{frac.torch_hf_sample.min():.3f} to {frac.torch_hf_sample.max():.3f}", "{}")
-    assert (frac.course_sample > frac.torch_hf_sample).all()  # "at every shape"
+    quotes(cell_with("09d", "## Where the time goes"), "0.083 to 0.866 of one read", "{}")
 
 
 # The lane design's unclean lanes: the prose quotes the plan, the prediction and the count of the cell.
@@ -179,8 +189,8 @@ def test_unclean_lanes_prediction_and_count():
     import torch
     from helpers.kernels.sampling import LANE_PROGRAMS_PER_SM, lane_plan
 
-    text = cell_with("09", UNCLEAN)
-    code = code_cell_with("09", "def unclean_lanes(")
+    text = cell_with("09d", UNCLEAN)
+    code = code_cell_with("09d", "def unclean_lanes(")
     ns = {"torch": torch, "math": math}
     exec(code.split("\n\nrandom_rows =")[0], ns)  # the cell's own function
     rows = torch.randn(32, 256000, generator=torch.Generator().manual_seed(0)) * 3
@@ -195,13 +205,6 @@ def test_unclean_lanes_prediction_and_count():
     quotes(text, f"average {counted[0].mean():.2f} and {counted[1].mean():.2f} a row, at most "
                  f"{counted[0].max():.0f} and {counted[1].max():.0f}", "{}")
     quotes(text, f"Each is {256000 // lanes[0]} or {256000 // lanes[1]} logits read again", "{}")
-
-
-def test_the_first_designs_bfloat16_is_no_faster():
-    first = _bench().query("M >= 64 and provider == 'course_topk_per_program'").pivot_table(
-        index=["M", "N"], columns="dtype", values="graph_us")
-    assert (first.bfloat16 >= 0.95 * first.float32).all()  # "half the bytes, is no faster than float32"
-    assert "half the bytes, is no faster than float32" in cell_with("09", "What bounds a one-pass kernel")
 
 
 def _loops():
@@ -230,49 +233,54 @@ def _gpus():
 H200 = "On the H200 `softmax_topk` reaches"
 
 
+H200 = "On the H200 `softmax_topk` reaches"
+
+
 def test_the_h200_paragraph_fractions_beside_the_h100():
     """Both recordings are of the same library (one run on each GPU, every provider beside that run's copy): the
-    fractions are compared directly."""
+    fractions are compared directly, as ranges; no shape-by-shape tally."""
     h100, h200 = data.load("sampling", gpu="h100"), data.load("sampling", gpu="h200")
     assert len(h200.query("M >= 64 and provider == 'course_softmax_topk'")) == 16
     assert set(h200.provider) - set(h100.provider) == {"course_softmax_topk_jit", "course_sample_jit"}  # below
     assert set(h100.provider) <= set(h200.provider)
     noisy_shape, f, s, a, peer = _gpus()
-    text = cell_with("09", H200)
+    text = cell_with("09d", H200)
     quotes(text, f"reaches {f.H200.min():.3f} to {f.H200.max():.3f} of one read at 64 and 256 rows, "
                  f"against {f.H100.min():.3f} to {f.H100.max():.3f} on the H100", "{}")
-    assert (f.H200 < f.H100).all() and "lower at every shape" in text
     quotes(text, f"softmax + top-k there ({peer.min():.3f} to {peer.max():.3f}) at every shape", "{}")
-    assert (f.H200 > peer).all()
+    assert (f.H200 > 1.08 * peer).all()
     assert f.H200.max() < 0.85  # no target claimed on the H200 either
-    assert "one logit a step" not in text and "one logit a step" not in cell_with("09", "The same benchmark on an H200")
+    assert "lower at every shape" not in text and " of 16 " not in text  # no tally of differences inside the noise
+    assert "one logit a step" not in text and "one logit a step" not in cell_with("09d", "The same benchmark on an H200")
 
 
 def test_the_h200_paragraph_the_time_above_one_read():
     noisy_shape, f, s, a, peer = _gpus()
-    text = cell_with("09", H200)
-    quotes(text, f"runs the copy {s['copy'].min():.2f} to {s['copy'].max():.2f} times as fast as the H100, but "
-                 f"`softmax_topk` only {s.course_softmax_topk.min():.2f} to {s.course_softmax_topk.max():.2f} times", "{}")
-    assert (s["copy"] > s.course_softmax_topk).all() and "the copy's speed-up the larger at every shape" in text
+    text = cell_with("09d", H200)
+    quotes(text, f"runs the copy {s['copy'].min():.2f} to {s['copy'].max():.2f} times as fast as the H100, and "
+                 f"`softmax_topk` {s.course_softmax_topk.min():.2f} to {s.course_softmax_topk.max():.2f} times", "{}")
     quotes(text, f"{a.H100.min():.1f} to {a.H100.max():.1f} µs on the H100 and {a.H200.min():.1f} to {a.H200.max():.1f} µs "
-                 f"on the H200, at each shape within {(a.H200 - a.H100).abs().max():.1f} µs of each other, the H200's the "
-                 f"smaller at {(a.H200 < a.H100).sum()} of {len(a)} shapes", "{}")
+                 f"on the H200, at each shape within {(a.H200 - a.H100).abs().max():.1f} µs of each other, in either "
+                 f"direction", "{}")
+    assert (a.H200 < a.H100).any() and (a.H200 > a.H100).any()  # "in either direction"
     assert (a.H200 - a.H100).abs().max() < 0.3 * a.H100.min() and "is close on both GPUs" in text
+    assert "the copy's speed-up the larger" not in text and "the H200's the smaller" not in text
 
 
 def test_the_h200_paragraph_no_noisy_cell():
     noisy_shape, *_ = _gpus()
-    assert not noisy_shape.any() and "No cell of these tables spread over 10% on either GPU" in cell_with("09", H200)
+    assert not noisy_shape.any() and "No cell of these tables spread over 10% on either GPU" in cell_with("09d", H200)
 
 
 def test_the_h200_derivations_are_in_sight():
-    cell = code_cell_with("09", 'h200 = data.load("sampling", gpu="h200")')
+    cell = code_cell_with("09d", 'h200 = data.load("sampling", gpu="h200")')
     assert 'pd.concat([bench.assign(gpu="H100"), h200.assign(gpu="H200")])' in cell
     assert 'above = us["course_softmax_topk"] - us["copy"] / 2' in cell
     assert "noisy=gpu_frac.apply(lambda column: noisy_shape)" in cell
-    numbers = code_cell_with("09", "quiet = ~noisy_shape")
+    numbers = code_cell_with("09d", "quiet = ~noisy_shape")
     assert "f, s, a = gpu_frac[quiet], speedup[quiet], above[quiet]" in numbers
-    assert "(a.H200 - a.H100).abs().max()" in numbers and "(f.H200 > peer).sum()" in numbers and "(a.H200 < a.H100).sum()" in numbers
+    assert "(a.H200 - a.H100).abs().max()" in numbers and "(f.H200 / peer).min()" in numbers
+    assert "(a.H200 < a.H100).any()" in numbers and ".sum(), \"of\"" not in numbers
 
 
 def test_the_loop_before_and_after_the_chunks():
@@ -285,7 +293,7 @@ def test_the_loop_before_and_after_the_chunks():
     frac = two.pivot_table(index=["dtype", "M", "what"], columns="variant", values="frac_of_one_read")
     us = two.pivot_table(index=["dtype", "M", "variant"], columns="what", values="graph_us")
     after = us["topk"] - us["loop"]
-    text = cell_with("09", "At 256 rows the bfloat16 loop alone goes from")
+    text = cell_with("09d", "At 256 rows the bfloat16 loop alone goes from")
 
     def moved(dtype, M, what):
         a, b = frac.loc[(dtype, M, what)]["base"], frac.loc[(dtype, M, what)]["chunkmax16B"]
@@ -301,7 +309,7 @@ def test_the_loop_before_and_after_the_chunks():
     quotes(text, f"{at[256].min():.1f} to {at[256].max():.1f} µs at 256 rows and {at[64].min():.1f} to {at[64].max():.1f} µs at 64", "{}")
     chunk = us.loc[("bfloat16", 256, "chunkmax16B")]
     quotes(text, f"the chunked loop takes {chunk['loop']:.1f} of the {chunk['topk']:.1f} µs", "{}")
-    assert '(us["topk"] - us["loop"]).round(1)' in code_cell_with("09", 'loops = data.load("topk_loop"')
+    assert '(us["topk"] - us["loop"]).round(1)' in code_cell_with("09d", 'loops = data.load("topk_loop"')
 
 
 def test_the_search_for_t_counts():
@@ -313,8 +321,8 @@ def test_the_search_for_t_counts():
     from helpers.kernels.sampling import LANE_PROGRAMS_PER_SM, lane_plan
 
     ns = {"torch": torch, "math": math}
-    exec(code_cell_with("09", "def unclean_lanes(").split("\n\nrandom_rows =")[0], ns)
-    exec(code_cell_with("09", "def search(m, k=50, stop=66):").split("\n\nfor M in")[0], ns)
+    exec(code_cell_with("09d", "def unclean_lanes(").split("\n\nrandom_rows =")[0], ns)
+    exec(code_cell_with("09d", "def search(m, k=50, stop=66):").split("\n\nfor M in")[0], ns)
     rows = torch.randn(32, 256000, generator=torch.Generator().manual_seed(0)) * 3
     got = []
     for M in (64, 256):
@@ -324,7 +332,7 @@ def test_the_search_for_t_counts():
         unclean = (ns["ordered"](v2) >= t[:, None]).sum(-1).double()
         got.append((counts.double().mean(), counts.max(), above.double().mean(), unclean.mean(), unclean.max(),
                     ns["unclean_lanes"](rows, plan).mean(), shared.double().mean()))
-    text = cell_with("09", "so the search starts below them: about")
+    text = cell_with("09d", "so the search starts below them: about")
     assert all(round(float(g[6]), 1) == round(float(got[0][6]), 1) for g in got)  # "at 64 and at 256 rows"
     quotes(text, f"share their {got[0][6]:.0f} highest bits with its maximum ({got[0][6]:.1f} on average at 64 and at 256 rows)", "{}")
     quotes(text, f"({got[0][0]:.1f} and {got[1][0]:.1f} on average, at most {max(g[1] for g in got)})", "{}")
@@ -336,9 +344,9 @@ def test_the_search_for_t_counts():
     launches, _ = lane_launches(torch.empty(2, 32000), 64, 50)  # K = 64 for k = 50
     stop = launches[1].args[-2]  # the merge's stop, before n_real
     assert inspect.signature(ns["search"]).parameters["stop"].default == stop  # the cell replays the kernel's
-    quotes(cell_with("09", "So the search stops as soon as"), f"({stop} for $k$ = 50)", "{}")
+    quotes(cell_with("09d", "So the search stops as soon as"), f"({stop} for $k$ = 50)", "{}")
     assert max(g[4] for g in got) < 16  # "never close to full": the rest of the 128 keys holds 62
-    quotes(cell_with("09", STAGES), f"at 256 rows a row has {got[1][3]:.2f} on average (counted above)", "{}")
+    quotes(cell_with("09d", STAGES), f"at 256 rows a row has {got[1][3]:.2f} on average (counted above)", "{}")
 
 
 # FlashInfer's sampling beside `sample` (figures/data/sampling_flashinfer_<gpu>.csv, H100 and H200), as the lesson's
@@ -357,7 +365,7 @@ def _flashinfer(gpu="h100"):
 
 
 def test_flashinfer_against_sample_in_gpu_time():
-    text = cell_with("09", FLASHINFER)
+    text = cell_with("09d", FLASHINFER)
     assert "ahead of FlashInfer's default at every shape on both GPUs (no cell spread over 10%" in text
     for gpu, lead in [("h100", "On the H100, at 32000 columns"), ("h200", "On the H200:")]:
         fi, us, noisy, _ = _flashinfer(gpu)
@@ -384,7 +392,7 @@ def test_flashinfer_against_sample_in_gpu_time():
 
 def test_flashinfer_one_row():
     _, us, _, host = _flashinfer()
-    text = cell_with("09", FLASHINFER)
+    text = cell_with("09d", FLASHINFER)
     row = us.loc[("float32", 1)].loc[[32000, 256000]].round(1)
     quotes(text, f"take {row.flashinfer_sample_scaled[32000]:.1f} µs at one row of 32000 float32 logits and "
                  f"{row.flashinfer_sample_scaled[256000]:.1f} µs at 256000", "{}")
@@ -395,13 +403,14 @@ def test_flashinfer_one_row():
 
 
 def test_flashinfer_derivations_are_in_sight():
-    cell = code_cell_with("09", "us[[\"flashinfer_sample\", \"flashinfer_sample_scaled\"]].div(")
+    cell = code_cell_with("09d", "us[[\"flashinfer_sample\", \"flashinfer_sample_scaled\"]].div(")
     assert "radix & quiet" in cell and "(\"float32\", 1)" in cell and "host_us" not in cell
-    assert 'data.load("sampling_flashinfer", gpu="h200")' in code_cell_with("09", 'data.load("sampling_flashinfer", gpu="h100")')
+    assert 'data.load("sampling_flashinfer", gpu="h200")' in code_cell_with("09d", 'data.load("sampling_flashinfer", gpu="h100")')
 
 
-# The merge's chain, longer and shortened (figures/data/topk_merge_h100.csv), as the lesson's cell derives it.
-MERGE_AB = "The shorter chain is faster at all"
+# The merge's chain, longer and shortened (figures/data/topk_merge_h100.csv), as the deep dive's cell derives it: only
+# savings beyond the run-to-run spread (over 8% of the time) count.
+MERGE_AB = "Where the shorter chain saves more than 8% of the time"
 
 
 def test_the_shorter_merge_chain():
@@ -411,45 +420,48 @@ def test_the_shorter_merge_chain():
     assert whole.spread.max() < 0.1 and (whole.err.astype(float) < 1e-2).all()  # quiet rounds, checked against float64
     us = whole.pivot_table(index=["dtype", "M", "N"], columns="variant", values="graph_us")
     gain = us["library"] - us["cand_lw"]
+    saved = gain / us["library"]
+    big = saved > 0.08
     alone = merge_ab.query("variant == 'cand_lw' and what == 'merge'").graph_us
     frac = whole.pivot_table(index=["dtype", "M", "N"], columns="variant", values="frac_of_one_read")
-    text = cell_with("09", MERGE_AB)
-    assert (gain > 0).all()
-    quotes(text, f"faster at all {len(gain)} shapes, by {gain.min():.1f} to {gain.max():.1f} µs", "{}")
-    assert gain.idxmax()[1] == 256  # "most at 256 rows"
-    quotes(text, "least at {} {} × {} (there within the rounds' spread)".format(*gain.idxmin()), "{}")
+    text = cell_with("09d", MERGE_AB)
+    quotes(text, f"it saves {gain[big].min():.1f} to {gain[big].max():.1f} µs, the most at 256 rows", "{}")
+    assert gain.idxmax()[1] == 256 and big[gain.idxmax()]
+    quotes(text, f"Elsewhere it saves {gain[~big].min():.1f} to {gain[~big].max():.1f} µs, {saved[~big].min():.0%} to "
+                 f"{saved[~big].max():.0%} of the time: within the noise", "{}")
+    assert "faster at all" not in text  # no tally over savings inside the noise
     b, f = frac.loc[("bfloat16", 256, 256000)], frac.loc[("float32", 256, 256000)]
-    quotes(text, f"from {b['library']:.3f} to {b['cand_lw']:.3f} of one read in bfloat16 and from {f['library']:.3f} "
-                 f"to {f['cand_lw']:.3f} in float32", "{}")
+    assert b["cand_lw"] / b["library"] > 1.08 > f["cand_lw"] / f["library"]  # beyond the noise in bfloat16 only
+    quotes(text, f"from {b['library']:.3f} to {b['cand_lw']:.3f} of one read in bfloat16 (in float32, from "
+                 f"{f['library']:.3f} to {f['cand_lw']:.3f}: within the noise)", "{}")
     quotes(text, f"The merge alone still takes {alone.min():.1f} to {alone.max():.1f} µs", "{}")
-    d, M, N = gain.idxmin()
-    least = whole.query("dtype == @d and M == @M and N == @N").spread.max()
-    assert gain.min() < least * us["library"].loc[(d, M, N)]  # "there within the rounds' spread"
-    assert "gain.min().round(1)" in code_cell_with("09", 'merge_ab = data.load("topk_merge", gpu="h100")')
-    assert "longer chain" not in text.split("of one read in bfloat16")[1]  # the tables above run the shorter chain
-    assert "first written" not in cell_with("09", "And the merge itself?")
+    cell = code_cell_with("09d", 'merge_ab = data.load("topk_merge", gpu="h100")')
+    assert "big = saved > 0.08" in cell and "gain[~big].min()" in cell
+    assert "first written" not in cell_with("09d", "And the merge itself?")
 
 
 # The lane loop's pipelining rule (lane_plan: 3 stages from 8 steps a slice) against its same-run A/B on both GPUs
-# (figures/data/bench_runs/topk_loop_stages_<gpu>.csv: the library's loop, and the same loop as tl.range(num_stages=3)).
+# (figures/data/bench_runs/topk_loop_stages_<gpu>.csv: the library's loop, and the same loop as tl.range(num_stages=3)):
+# every difference inside the run-to-run spread, as the prose says.
 PIPELINE = "`lane_plan` asks for it from 8 steps a slice on"
 
 
-def test_the_pipelining_rule_is_where_its_ab_was_faster():
+def test_the_pipelining_rule_and_its_effect_within_the_noise():
     from helpers.kernels.sampling import LANE_BYTES, LANE_PROGRAMS_PER_SM, lane_plan
 
-    assert PIPELINE in cell_with("09", "software-pipelined")
+    text = cell_with("09d", "software-pipelined")
+    assert PIPELINE in text and "its effect, either way, is within the run-to-run spread" in text
     for gpu in ("h100", "h200"):
         ab = data.load(str(data.DATA_DIR / "bench_runs" / f"topk_loop_stages_{gpu}.csv"))
         topk = ab.query("what == 'topk' and variant in ['lib', 'st3']")
         assert topk.spread.max() <= 0.10 and (topk.err.astype(float) < 1e-2).all()
         t = topk.pivot_table(index=["dtype", "M", "N"], columns="variant", values="graph_us")
+        assert ((t.st3 / t.lib - 1).abs() < 0.05).all()  # within the spread, either way
         for (dtype, M, N), row in t.iterrows():
             plan = lane_plan(M, N, LANE_BYTES // (2 if dtype == "bfloat16" else 4),
                              target_programs=132 * LANE_PROGRAMS_PER_SM)  # both GPUs have 132 SMs
             steps = plan["slice_len"] // (plan["block"] * plan["chunk"])
             assert plan["stages"] == (3 if steps >= 8 else 1)
-            assert (row.st3 < row.lib) == (steps >= 8), (gpu, dtype, M, N, steps, row.st3 / row.lib)
 
 
 # Where 0.85 of one read is within any kernel's reach: the fixed cost a fraction of the floor hides (H100 recording).
@@ -464,14 +476,14 @@ def test_where_the_target_is_out_of_reach():
     fixed = bench.query("provider == 'copy' and M == 1").graph_us.min()
     allows, spends = one_read / 0.85 - one_read, topk_us - one_read
     out = allows < fixed
-    text = cell_with("09", REACH)
+    text = cell_with("09d", REACH)
     assert out.sum() == 5 and len(out) == 16
     quotes(text, f"0.85 allows {allows[out].min():.2f} to {allows[out].max():.2f} µs above the read, less than the "
                  f"copy's own {fixed:.2f} µs at one row", "{}")
     quotes(text, f"it allows {allows[~out].min():.1f} to {allows[~out].max():.1f} µs, where `softmax_topk` spends "
                  f"{spends[~out].min():.1f} to {spends[~out].max():.1f} µs above the read", "{}")
     assert (spends[out] > allows[out]).all()  # the five are missed, as the target says they must be
-    cell = code_cell_with("09", "out_of_reach = reach")
+    cell = code_cell_with("09d", "out_of_reach = reach")
     assert 'bench.query("provider == \'copy\' and M == 1").graph_us.min()' in cell and "one_read / 0.85 - one_read" in cell
 
 
@@ -488,10 +500,10 @@ def test_where_the_merge_spends_its_time():
     lanes = cuts.pivot_table(index="step", columns=["dtype", "M", "N"], values="lanes", sort=False).iloc[0]
     rows = adds.columns.get_level_values("M")
     whole, steps = chain.loc["probabilities"], adds.drop("launch")
-    text = cell_with("09", STAGES)
+    text = cell_with("09d", STAGES)
     quotes(text, f"takes {whole.min():.1f} to {whole.max():.1f} µs at every shape", "{}")
     assert 9.5 <= whole.min() and whole.max() < 11.5  # "about 10 µs of dependent steps", the bounds section
-    assert "about 10 µs of dependent steps" in cell_with("09", "What bounds a one-pass kernel")
+    assert "about 10 µs of dependent steps" in cell_with("09d", "What bounds a one-pass kernel")
     quotes(text, f"at most {(steps.max() / whole).max():.0%} of the chain, and without it at least "
                  f"{(whole - steps.max()).min():.1f} µs would remain", "{}")
     quotes(text, f"costs {adds.loc['launch'].min():.1f} to {adds.loc['launch'].max():.1f} µs", "{}")
@@ -506,7 +518,7 @@ def test_where_the_merge_spends_its_time():
     quotes(text, f"from {unclean.min():.1f} µs ({M} rows of {N}) to {unclean.max():.1f} µs", "{}")
     library = stages.query("step == 'library'").set_index(["dtype", "M", "N"]).graph_us.reindex(whole.index)
     assert ((whole / library - 1).abs() < 0.01).all()  # the uncut copy takes the library merge's time
-    cell = code_cell_with("09", 'data.load("topk_merge_stages"')
+    cell = code_cell_with("09d", 'data.load("topk_merge_stages"')
     assert "chain.diff()" in cell and "data.noisy(spread.shift())" in cell
     assert "(steps.max() / adds.loc[\"the whole merge\"]).max()" in cell and "- steps.max()).min()" in cell
 
@@ -529,7 +541,7 @@ def _host():
 
 def test_host_time_a_call_against_the_obvious_wrapper_and_pytorch():
     host, gpu_us, few, _, _ = _host()
-    text = cell_with("09", HOST)
+    text = cell_with("09d", HOST)
     assert len(host) == 32
     for call, peer, name, peer_quote in [("course_softmax_topk", "torch_softmax_topk", "`softmax_topk` costs the CPU",
                                           "PyTorch's softmax + top-k costs"),
@@ -545,7 +557,7 @@ def test_host_time_a_call_against_the_obvious_wrapper_and_pytorch():
 
 def test_host_time_against_flashinfer_across_runs():
     host, _, _, fi_run, _ = _host()
-    text = cell_with("09", HOST)
+    text = cell_with("09d", HOST)
     n = host.index.get_level_values("N")
     s, f = host.course_sample, fi_run.flashinfer_sample.reindex(host.index)
     assert f.notna().all()
@@ -556,12 +568,12 @@ def test_host_time_against_flashinfer_across_runs():
     assert "a comparison across runs" in text
     quotes(text, f"behind a wrapper that planned every call, as `_jit` does: {fi_run.course_sample.min():.0f} to "
                  f"{fi_run.course_sample.max():.0f} µs", "{}")
-    assert "fi_run.course_sample.min()" in code_cell_with("09", 'host[call + "_jit"] / host[call]')
+    assert "fi_run.course_sample.min()" in code_cell_with("09d", 'host[call + "_jit"] / host[call]')
 
 
 def test_host_time_above_gpu_time_at_few_rows_and_eager_not_used():
     host, gpu_us, few, _, eager = _host()
-    text = cell_with("09", "At one and eight rows the kernels take")
+    text = cell_with("09d", "At one and eight rows the kernels take")
     for call in ("course_softmax_topk", "course_sample"):
         g = gpu_us[call][few]
         over = host[call][few] / g
@@ -574,9 +586,9 @@ def test_host_time_above_gpu_time_at_few_rows_and_eager_not_used():
 
 
 def test_host_derivations_are_in_sight():
-    table = code_cell_with("09", "host = h200.pivot_table(")
+    table = code_cell_with("09d", "host = h200.pivot_table(")
     assert '"course_softmax_topk_jit"' in table and "few = host.index.get_level_values(\"M\") <= 8" in table
-    numbers = code_cell_with("09", 'host[call + "_jit"] / host[call]')
+    numbers = code_cell_with("09d", 'host[call + "_jit"] / host[call]')
     assert "(host[peer] > h).sum()" in numbers and "fi_h200.pivot_table(" in numbers and "data.noisy(eager_spread" in numbers
 
 
@@ -594,7 +606,7 @@ def test_the_fixed_cost_picture():
 
     us = pd.concat(both).query("M >= 64").pivot_table(index=["dtype", "M", "N"], columns=["provider", "gpu"], values="graph_us")
     reads = (us["copy"][~noisy_shape] / 2).stack()
-    text = cell_with("09", FIXED)
+    text = cell_with("09d", FIXED)
     quotes(text, f"one read plus a roughly fixed {fixed_us:.1f} µs", "{}")
     quotes(text, f"only {(reads >= needs).sum()} of the {len(reads)} cells reads for {needs:.0f} µs or more", "{}")
     long_reads = reads[reads >= needs].index.tolist()
@@ -610,7 +622,7 @@ def test_the_fixed_cost_picture():
 
 
 def test_the_fixed_cost_derivation_is_in_sight():
-    cell = code_cell_with("09", "fixed_us = a.stack().median()")
+    cell = code_cell_with("09d", "fixed_us = a.stack().median()")
     assert "needs = fixed_us * 0.85 / 0.15" in cell and "(reads >= needs).sum()" in cell
     assert 'lesson09.plot_fixed_cost({"H100": bench, "H200": h200}, fixed_us)' in cell
 
@@ -621,7 +633,7 @@ def test_the_lane_picture_caption():
 
     ex = lesson09.lane_example(k=3)
     x, m, v = ex["x"], ex["m"], ex["v"]
-    text = cell_with("09", "Lane 0's maximum, 9.1")
+    text = cell_with("09d", "Lane 0's maximum, 9.1")
     quotes(text, f"Lane 0's maximum, {m[0]:.1f}, is in its chunk of step {int(ex['c'][0])}", "{}")
     assert ex["unclean"].tolist() == [True, False, False, False] and f"($v_0 = {v[0]:.1f} \\ge T$)" in text
     # a merge that read only the maxima's chunks (not the unclean lane's other chunk) misses the true third
@@ -635,10 +647,12 @@ def test_the_lane_picture_caption():
     assert not ex["kept"][3]
     quotes(text, f"among the {len(ex['candidates'])} candidates", "{}")
     assert ex["top"] <= ex["candidates"]
-    cell = code_cell_with("09", "ex = lesson09.lane_example(k=3)")
+    cell = code_cell_with("09d", "ex = lesson09.lane_example(k=3)")
     assert "plots.show(lesson09.plot_lanes(ex))" in cell
 
 
-def test_the_key_point_on_the_fixed_cost():
+
+
+def test_the_fixed_cost_in_what_bounds_a_one_pass_kernel():
     noisy_shape, f, s, a, peer = _gpus()
-    quotes(cell_with("09", "## Key points"), f"one read plus about {a.stack().median():.0f} µs at every size", "{}")
+    quotes(cell_with("09d", "## What bounds a one-pass kernel"), f"one read plus about {a.stack().median():.0f} µs at every size", "{}")
