@@ -334,14 +334,52 @@ def programs_by_registers_answer(n_regs: int, num_warps: int, regs_per_sm: int =
     return regs_per_sm // (warp_registers(n_regs, warp_size) * num_warps)
 
 
+def _round_up(v: int) -> int:
+    return -(-v // 256) * 256
+
+
+#: A plausible mistake of exercise 5.2 (n_regs, num_warps, regs_per_sm, warp_size -> programs), and the hint that
+#: names it. A learner's answers that match one of these on every trial get its hint.
+MISTAKES_5_2 = [
+    (lambda n, w, r, ws: r // (n * ws * w),
+     "each warp's registers are granted in chunks of 256: round n_regs * warp_size up to a multiple of 256 before "
+     "dividing. A warp that needs 1856 registers takes 2048, so counting 1856 finds room for programs the SM cannot hold"),
+    (lambda n, w, r, ws: r // (n * ws // 256 * 256 * w),
+     "you rounded each warp's registers down to a multiple of 256; round up: a warp cannot run with fewer registers "
+     "than its threads need, so 1856 is granted as 2048, not 1792, and rounding down counts programs that do not fit"),
+    (lambda n, w, r, ws: r // _round_up(n * ws * w),
+     "round each warp's registers up, not the whole program's: every warp takes whole chunks of 256 of its own, so "
+     "2 warps of 1856 registers take 2 x 2048 = 4096, not 3712 rounded up to 3840"),
+    (lambda n, w, r, ws: r // _round_up(n * ws),
+     "a program has num_warps warps: divide by the registers of all of them, the rounded registers of a warp times "
+     "num_warps"),
+    (lambda n, w, r, ws: r // (_round_up(n * w)),
+     "a warp has warp_size threads, each with n_regs registers: a warp needs n_regs * warp_size of them"),
+    (lambda n, w, r, ws: -(-r // (_round_up(n * ws) * w)),
+     "round the last division down: only whole programs can be resident, and a part of one does not run"),
+    (lambda n, w, r, ws: max(1, r // (_round_up(n * ws) * w)),
+     "a program that needs more registers than the SM has cannot be resident at all: the answer is 0, not 1"),
+]
+CASES_5_2 = [(58, 1), (23, 8), (180, 4), (255, 1), (32, 32), (128, 16), (129, 16), (25, 4), (71, 2)]
+
+
 def _trial_5_2(programs_by_registers) -> str:
-    for n_regs, w in [(58, 1), (23, 8), (180, 4), (255, 1), (32, 32), (128, 16), (129, 16), (25, 4), (71, 2)]:
-        got = _int(call_attempt(programs_by_registers, n_regs, w, 65536, 32), "the number of programs")
-        if got != (want := programs_by_registers_answer(n_regs, w)):
-            hint = " (round each warp's registers up to a multiple of 256 first)" if got == 65536 // (n_regs * 32 * w) \
-                else " (a program that needs more registers than the SM has cannot be resident at all: 0)" if not want else ""
-            raise Wrong(f"n_regs = {n_regs}, num_warps = {w}: you gave {got}, expected {want}{hint}")
-    return "e.g. 58 registers, 1 warp: 58 x 32 = 1856 -> 2048 per warp, 65536 // 2048 = 32"
+    answers = []
+    for n_regs, w in CASES_5_2:
+        got = call_attempt(programs_by_registers, n_regs, w, 65536, 32)
+        if isinstance(got, float) and not got.is_integer():
+            raise Wrong(f"n_regs = {n_regs}, num_warps = {w}: you gave {got}, a fraction of a program: divide with "
+                        f"// (integer division), since only whole programs can be resident")
+        answers.append(_int(got, "the number of programs"))
+    right = [programs_by_registers_answer(n, w) for n, w in CASES_5_2]
+    if answers == right:
+        return "e.g. 58 registers, 1 warp: 58 x 32 = 1856 -> 2048 per warp, 65536 // 2048 = 32"
+    hint = next((hint for mistake, hint in MISTAKES_5_2 if answers == [mistake(n, w, 65536, 32) for n, w in CASES_5_2]),
+                "count the registers of one warp (n_regs * warp_size, rounded up to a multiple of 256), times "
+                "num_warps for a program, and divide the SM's registers by that")
+    i = next(i for i, (a, b) in enumerate(zip(answers, right)) if a != b)
+    raise Wrong(f"n_regs = {CASES_5_2[i][0]}, num_warps = {CASES_5_2[i][1]}: you gave {answers[i]}, expected {right[i]} "
+                f"({hint})")
 
 
 def check_5_2(programs_by_registers) -> None:

@@ -449,6 +449,28 @@ def test_checkers(checker, right, wrong, hint, capsys):
     assert_checker_contract(capsys, checker, right, wrong, hint)
 
 
+def _up(v):
+    return -(-v // 256) * 256
+
+
+WRONG_5_2 = [
+    ("no rounding", lambda n, w, r, ws: r // (n * ws * w), "chunks of 256: round n_regs * warp_size up"),
+    ("rounded down", lambda n, w, r, ws: r // (n * ws // 256 * 256 * w), "you rounded each warp's registers down"),
+    ("the program rounded, not each warp", lambda n, w, r, ws: r // _up(n * ws * w), "not the whole program's"),
+    ("one warp per program", lambda n, w, r, ws: r // _up(n * ws), "a program has num_warps warps"),
+    ("no warp size", lambda n, w, r, ws: r // _up(n * w), "a warp has warp_size threads"),
+    ("the last division rounded up", lambda n, w, r, ws: -(-r // (_up(n * ws) * w)), "round the last division down"),
+    ("at least one program", lambda n, w, r, ws: max(1, r // (_up(n * ws) * w)), "the answer is 0, not 1"),
+    ("a fraction of a program", lambda n, w, r, ws: r / (_up(n * ws) * w), "a fraction of a program"),
+    ("something else", lambda n, w, r, ws: r // (n * w), "count the registers of one warp"),
+]
+
+
+@pytest.mark.parametrize("name, wrong, hint", WRONG_5_2, ids=[w[0] for w in WRONG_5_2])
+def test_checker_5_2_names_the_mistake(name, wrong, hint, capsys):
+    assert_checker_contract(capsys, lesson05.check_5_2, regs_right, wrong, hint)
+
+
 RESERVE = "reserved_shared_per_block"
 WRONG_5_4 = [
     ("no reserve", lambda *a: binding(*a, reserve=False), RESERVE),
