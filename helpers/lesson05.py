@@ -210,24 +210,34 @@ def plot_tuning(df: pd.DataFrame | None = None):
     return fig
 
 
-def plot_final(df: pd.DataFrame | None = None, M: int = 4096, peers: int = 2):
-    """GB/s against N at M rows: helpers.softmax, the copy and the ``peers`` strongest peers per dtype."""
+def plot_final(df: pd.DataFrame | None = None, M: int = 4096):
+    """GB/s against N at M rows: helpers.softmax, the copy and every peer of the lesson (torch.softmax,
+    torch.compile, the Triton tutorial, Liger-Kernel), one panel per dtype; a shape a provider refuses is
+    marked with an x on the axis, in its color. One legend for both panels, below them, clear of the data."""
     df = data.load("bench", gpu="h100") if df is None else df
-    at = df[(df.M == M) & (df.status == "ok")]
+    at = df[df.M == M]
     dtypes = [d for d in ("float32", "bfloat16") if d in set(at.dtype)]
-    fig, axes = plots.new_figure(11.0, 4.6, ncols=len(dtypes))
+    shown = ["copy", "softmax", *(p for p in PEERS if p in set(at.provider))]
+    fig, axes = plots.new_figure(11.0, 5.0, ncols=len(dtypes))
     for ax, d in zip(axes if len(dtypes) > 1 else [axes], dtypes):
-        g = at[at.dtype == d].pivot(index="N", columns="provider", values="graph_gbps")
-        strongest = g[[p for p in PEERS if p in g]].div(g["copy"], axis=0).median().nlargest(peers).index
-        for p in ["copy", "softmax", *strongest]:
+        rows = at[at.dtype == d]
+        g = rows[rows.status == "ok"].pivot(index="N", columns="provider", values="graph_gbps")
+        refused = rows[rows.status != "ok"]
+        for p in shown:
             style = dict(ls="--", lw=1.5) if p == "copy" else dict(marker="o", ms=5, lw=2.4) if p == "softmax" else \
                 dict(marker="s", ms=3.5, lw=1.3, ls=":")
-            ax.plot(g[p].dropna().index, g[p].dropna().values, color=plots.color(p), label=_label(p), **style)
-        set_n_axis(ax, list(g.index))
+            if p in g:
+                ax.plot(g[p].dropna().index, g[p].dropna().values, color=plots.color(p), label=_label(p), **style)
+            if len(no := refused[refused.provider == p]):  # (an empty line would upset the layout)
+                ax.plot(no.N, [0] * len(no), "x", color=plots.color(p), ms=8, mew=2, clip_on=False, zorder=5,
+                        label=f"{_label(p)} refuses the shape")
+        set_n_axis(ax, sorted(set(rows.N)))
         ax.set(ylim=(0, None), ylabel="GB/s, GPU time")
         ax.set_title(f"{d}, M = {M}", fontsize=10)
-        ax.legend(frameon=False, fontsize=8.5, loc="lower right")
-    fig.suptitle(f"helpers.softmax, the copy and the two strongest peers on an {data.gpu(df)}: bytes moved per second", fontsize=10)
+    handles = {h.get_label(): h for ax in fig.axes for h in ax.get_lines() if not h.get_label().startswith("_")}
+    fig.legend(handles.values(), handles.keys(), loc="outside lower center", ncols=4, frameon=False, fontsize=8.5)
+    fig.suptitle(f"helpers.softmax, the copy and the lesson's peers on an {data.gpu(df)}: bytes moved per second",
+                 fontsize=10)
     return fig
 
 
