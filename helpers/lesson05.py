@@ -103,12 +103,14 @@ def tuning_rows(shapes=((16384, 1024), (4096, 4096), (4096, 16384)), dtype_name:
     return rows
 
 
-def final_rows(shapes=((4096, 1024), (4096, 4096), (4096, 16384), (1000, 700), (1024, 65536)),
+def final_rows(shapes=((4096, 1024), (4096, 4096), (4096, 16384), (1000, 700)),
                dtypes=("float32", "bfloat16")) -> list[dict]:
-    """Every provider of the benchmark at a few shapes (about a minute, most of it torch.compile)."""
+    """The benchmark's providers that lesson 05 has met (not lesson 06's split kernels) at a few shapes (about a
+    minute, most of it torch.compile)."""
     require_gpu("final_rows")
     from .measure import measure_shape, providers
-    return [r for d in dtypes for M, N in shapes for r in measure_shape(M, N, DTYPES[d], providers(), quick=True)]
+    met = {k: f for k, f in providers().items() if not k.startswith("split")}
+    return [r for d in dtypes for M, N in shapes for r in measure_shape(M, N, DTYPES[d], met, quick=True)]
 
 
 def launch_cost_rows(M: int = 4096, N: int = 256, rounds: int = 7) -> list[dict]:
