@@ -1,6 +1,6 @@
-"""Lesson 06's prose against its data: every number the markdown quotes is derived here from
-``figures/data/`` with the lesson's own pandas lines, and every conclusion rests on cells whose
-rounds spread within 10% (recordings without rounds are shown, never concluded from)."""
+"""Lesson 06's prose against its data, the core lesson's (L) and its deep dive's (D): every number the markdown
+quotes is derived here from ``figures/data/`` with the notebook's own pandas lines, and every conclusion rests on
+cells whose rounds spread within 10% (recordings without rounds are shown, never concluded from)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import re
 
 import pandas as pd
 import pytest
-from claims import cell_with, notebook, prose, quotes
+from claims import cell_with, code_cell_with, notebook, prose, quotes
 
 import helpers
 from helpers import data, lesson06
 
-L = "06"
+L, D = "06", "06d"  # the core lesson, its deep dive
 PROVIDERS = lesson06.PROVIDERS
 
 
@@ -54,16 +54,25 @@ def test_few_rows_one_program_per_row(bench, gpu):
     quotes(text, 64 / sms, "({:.2f} a SM)")
     assert t.loc[(1024, 65536), "online"] < 2 / 3 and t.loc[(1024, 65536), "fused"] - t.loc[(1024, 65536), "online"] < 0.05
     limits = data.load("fused_limits").query("dtype == 'float32'").set_index("N")
-    quotes(text, int(limits.loc[65536, "n_spills"]), "spills {} of them")
-    quotes(text, f"{limits.loc[131072, 'n_spills']} and {limits.loc[262144, 'n_spills']}")
+    assert limits.loc[65536, "n_spills"] > 0 and "it spills (lesson 03)" in text
 
 
 def test_programs_of_the_split(gpu):
     sms = gpu[0]
+    assert "8 rows x 128 slices = 1024 programs: 7.76 per SM" in _output(L, "M, N, slice_len = 8")
     plan = helpers.kernels.split_plan(8, 1048576, 4, target_programs=8 * sms)
-    text = cell_with(L, "With 8 rows, each row becomes")
+    text = cell_with(D, "With 8 rows, each row becomes")
     quotes(text, plan["slices"], "becomes {} slices")
     quotes(text, 8 * plan["slices"], "to {}.")
+    big = helpers.kernels.split_plan(1024, 65536, 4, target_programs=8 * sms)
+    assert big["slices"] == 2 and 1024 * 2 / sms > 8 and "At 1024 rows, two slices a row already give more" in text
+
+
+def _output(lesson: str, phrase: str) -> str:
+    """The stored text output of the one code cell of a notebook whose source contains ``phrase``."""
+    cells = [c for c in notebook(lesson)["cells"] if c["cell_type"] == "code" and phrase in "".join(c["source"])]
+    assert len(cells) == 1, phrase
+    return "".join("".join(o.get("text", "")) for o in cells[0]["outputs"])
 
 
 @pytest.fixture(scope="module")
@@ -112,14 +121,14 @@ def ncu():
 
 def test_the_counters_of_the_two_launches(ncu, l2):
     two = ncu[ncu.case.str.startswith("split_")].set_index(["case", "kernel"])
-    text = cell_with(L, "one fact about how they were taken")
+    text = cell_with(D, "one fact about how they were taken")
     x = two.loc[("split_fp32_32MiB", "split_normalize"), "x MB"]
     quotes(text, x, "{:.1f} MB each")
     quotes(text, 2 * x, "{:.1f} MB if it does not")
     quotes(text, two.loc[("split_fp32_32MiB", "split_normalize"), "DRAM MB"], "It moved {:.1f} MB")
     both = two.groupby("case")[["kernel µs", "DRAM MB"]].sum()
     both["sweep"] = [l2.query("provider == 'split' and M == @M").graph_ms.item() * 1000 for M in two.groupby("case").M.first()]
-    text = cell_with(L, "**The L2 saved little time, if any.**")
+    text = cell_with(D, "**The L2 saved little time, if any.**")
     for case, size in (("split_fp32_32MiB", 32), ("split_fp32_256MiB", 256)):
         quotes(text, f"{both.loc[case, 'kernel µs']:.1f} µs against {both.loc[case, 'sweep']:.1f} µs at {size} MiB")
         assert abs(both.loc[case, "kernel µs"] / both.loc[case, "sweep"] - 1) < 0.05
@@ -141,7 +150,7 @@ def test_few_long_rows_against_a_copy(bench, frac, spread):
     best = shapes[["online", "split", "split_coop", "softmax"]].max(axis=1)
     peers = shapes[["torch_softmax", "torch_compile"]].max(axis=1)
     assert not data.noisy(spread.drop(index=300, level="M")).any().any()  # nothing the conclusion rests on is noisy
-    text = cell_with(L, "The split designs fix the idle GPU")
+    text = cell_with(D, "The split designs fix the idle GPU")
     quotes(text, f"{best.min():.2f} to {best.max():.2f} of a copy")
     quotes(text, f"{(best / peers).min():.1f}x to {(best / peers).max():.1f}x")
     quotes(text, f"it does at {(best >= 0.85).sum()} of the {len(best)}")  # the course's target
@@ -150,6 +159,30 @@ def test_few_long_rows_against_a_copy(bench, frac, spread):
     copy = bench[(bench.provider == "copy") & (bench.M == 300)].set_index("dtype")[["graph_ms", "ms"]] * 1000
     quotes(text, f"{copy.loc['float32', 'graph_ms']:.0f} µs against {copy.loc['float32', 'ms']:.0f} µs")
     assert (copy.graph_ms > copy.ms).all()
+    above = frac.xs(300, level="M").split_coop  # the bars above 1.0, explained by the slow copy
+    quotes(text, f"the cooperative kernel's {above.loc['float32'].item():.2f} in float32 and "
+                 f"{above.loc['bfloat16'].item():.2f} in bfloat16")
+    assert (frac.drop(index=300, level="M") < 1).all().all() and (above > 1).all()
+    assert frac.max().max() * 1.08 > 1.05 and "top = max(1.05, 1.08 * frac.max().max())" in code_cell_with(D, "top = max(")
+
+
+def test_the_result_at_few_long_rows(bench, frac, spread):
+    """The core's closing table: float32 at the four long shapes, GPU time."""
+    f32, s32 = frac.loc["float32"].drop(index=300, level="M"), spread.loc["float32"].drop(index=300, level="M")
+    cols = ["online", "torch_softmax", "split", "split_coop"]
+    assert not data.noisy(s32[cols]).any().any()  # "No cell of the table spreads over 10%"
+    text = cell_with(L, "Splitting fixes the idle GPU")
+    r8, r64, r1k = f32.loc[(8, 1048576)], f32.loc[(64, 262144)], f32.loc[(1024, 65536)]
+    quotes(text, f"with 8 rows the online kernel reaches {r8.online:.2f} of a copy, the two launches {r8.split:.2f} "
+                 f"and the cooperative kernel {r8.split_coop:.2f}")
+    quotes(text, f"with 64 rows, {r64.online:.2f} against {r64.split:.2f} and {r64.split_coop:.2f}")
+    quotes(text, r1k.split_coop, "reaches {:.2f}.")
+    assert abs(r1k.split - r1k.online) < 0.05 and 1024 * 65536 * 4 > gpu_l2()  # "no faster", "do not fit in L2"
+    assert "its 256 MiB do not fit in L2" in text and 1024 * 65536 * 4 == 256 * 2**20
+
+
+def gpu_l2() -> int:
+    return int(data.load("device_props").l2_bytes.iloc[0])
 
 
 def test_the_cooperative_kernels_counters(ncu, bench, gpu, frac, spread):
@@ -164,7 +197,7 @@ def test_the_cooperative_kernels_counters(ncu, bench, gpu, frac, spread):
     coop["formula %"] = 100 * coop["per SM"] * coop.warps / (recorded["max_threads_per_sm"] // 32)
     coop["slices a row"] = coop.index.get_level_values("N") // chosen.slice_cols.reindex(coop.index).astype(int)
     copy_us = (bench[bench.provider == "copy"].set_index(["dtype", "M", "N"]).graph_ms * 1000).reindex(coop.index)
-    text = cell_with(L, "**A quarter of the warp slots or less.**")
+    text = cell_with(D, "**A quarter of the warp slots or less.**")
     quotes(text, f"{coop.registers.min():.0f} to {coop.registers.max():.0f} registers")
     assert (coop["limit"] == "registers").all()
     big = coop.loc[("float32", 1024, 65536)]
@@ -189,7 +222,7 @@ def test_the_cooperative_kernels_counters(ncu, bench, gpu, frac, spread):
     rounds = sorted(set(-(-few.index.get_level_values("M") // rows_at_a_time)))
     assert rounds == [3, 4]
     quotes(text, "a row takes three or four rounds")
-    assert "where a row takes three or four rounds" in cell_with(L, "## Key points")
+    assert "where a row takes three or four rounds" in cell_with(D, "## Key points")
     assert coop["kernel µs"].gt(copy_us).all()  # the profile's single runs agree
     bench_coop = frac.split_coop.reindex(coop.index)  # "it takes longer than a copy at every shape"
     assert not data.noisy(spread.split_coop.reindex(coop.index)).any() and (bench_coop < 1).all()
@@ -201,7 +234,7 @@ def test_the_tuners_choice_and_the_other_design(frac, spread):
     chosen = tuning[(tuning.kind == "coop") & (tuning.status == "ok")].sort_values("graph_ms").groupby(["dtype", "M", "N"]).first()
     uses = chosen[["slice_cols", "num_warps"]].astype(int)
     cfg = lambda d, M, N: f"{uses.loc[(d, M, N), 'slice_cols']} × {uses.loc[(d, M, N), 'num_warps']}"
-    text = cell_with(L, "**No slice wins everywhere.**")
+    text = cell_with(D, "**No slice wins everywhere.**")
     f32 = uses.loc["float32"]
     assert cfg("float32", 1024, 65536) == cfg("float32", 64, 262144) == cfg("float32", 8, 1048576) == "8192 × 4"
     quotes(text, f"In float32 the wrapper runs slices of {f32.loc[(1024, 65536), 'slice_cols']} columns with "
@@ -218,38 +251,39 @@ def test_the_tuners_choice_and_the_other_design(frac, spread):
     misses = pick[pick.softmax < 0.95 * pick[["split", "split_coop"]].max(axis=1)]
     assert len(misses) == 0  # the cell's output: within 5% at every shape
     assert not data.noisy(spread[["softmax", "split"]]).any().any()
-    assert "only the benchmark shows whether the other design is faster somewhere" in cell_with(L, "A dispatch table is only as good")
+    assert "only the benchmark shows whether the other design is faster somewhere" in cell_with(D, "A dispatch table is only as good")
 
 
-def test_what_the_wait_costs(gpu):
-    sms = gpu[0]
+def test_what_the_wait_costs():
     wait = data.load("coop_wait")
     assert not data.noisy(wait.graph_spread).any()  # every cell the section compares: rounds within 10%
-    text = cell_with(L, "So capacity is not short")
+    assert "on either GPU, each SM holds several times the bytes Little's law asks for" in cell_with(D, "So capacity is not short")
+    held = wait[(wait.configuration == "tuned")].dropna(subset=["programs_per_sm"])
     for g in ("h100", "h200"):
         b = data.load("bench", gpu=g)
+        n_sms = int(data.load("device_props", gpu=None if g == "h100" else g).sm_count.iloc[0])
         copy_gbps = b[(b.provider == "copy") & (b.M == 1024) & (b.N == 65536) & (b.dtype == "float32")].graph_gbps.iloc[0]
-        need = copy_gbps * 1e9 * 500e-9 / sms / 1024
-        held = wait[(wait.configuration == "tuned")].dropna(subset=["programs_per_sm"])
-        kib = held.programs_per_sm * held.slice_cols * held.dtype.map({"float32": 4, "bfloat16": 2}) / 1024
-        assert kib.min() > 2 * need  # "several times the bytes Little's law asks for"
+        need = copy_gbps * 1e9 * 500e-9 / n_sms / 1024
+        mine = held[held.gpu == g]
+        kib = mine.programs_per_sm * mine.slice_cols * mine.dtype.map({"float32": 4, "bfloat16": 2}) / 1024
+        assert len(kib) == 8 and kib.min() > 2 * need  # "several times the bytes Little's law asks for", each GPU
     cells = ["gpu", "dtype", "M", "N"]
     tuned = wait[wait.configuration == "tuned"]
     two = tuned.pivot_table(index=cells, columns="design", values="graph_frac")
     gain = two.word - two.counter
     assert (gain > 0).all()  # "The word wins at every shape on both GPUs"
-    text = cell_with(L, "Which part of the change does it?")
+    text = cell_with(D, "Which part of the change does it?")
     assert "The word wins at every shape on both GPUs." in text
     top = gain.sort_values(ascending=False).iloc[:4]  # the largest gains: bf16 at 256 x 128K and 64 x 256K, both GPUs
     assert sorted(set(top.index.droplevel("gpu"))) == [("bfloat16", 64, 262144), ("bfloat16", 256, 131072)]
     quotes(text, f"the largest gains, {top.min():.2f} to {top.max():.2f}, are at bfloat16 256 × 128K and 64 × 256K")
     assert 1024 not in top.index.get_level_values("M")
-    assert "gained {:.2f} to {:.2f} of a copy on both GPUs".format(gain.min(), gain.max()) in cell_with(L, "## Key points")
+    assert "gained {:.2f} to {:.2f} of a copy on both GPUs".format(gain.min(), gain.max()) in cell_with(D, "## Key points")
     steps = wait[wait.configuration == "4096x4"]
     f = steps.pivot_table(index=cells, columns="design", values="graph_frac")
     regs = steps.pivot_table(index=cells, columns="design", values="registers")
     per_sm = steps.pivot_table(index=cells, columns="design", values="programs_per_sm")
-    text = cell_with(L, "Moving the count-in ahead of the loads recovers little")
+    text = cell_with(D, "Moving the count-in ahead of the loads recovers little")
     behind = f[f["word, two exps"] <= f["counter, count-in first"]]
     assert sorted(set(behind.index.droplevel("gpu"))) == [("bfloat16", 1024, 65536)]  # "at every shape but one"
     r = regs.loc[("h100", "bfloat16", 1024, 65536)]
@@ -273,7 +307,7 @@ def test_what_the_safety_net_costs():
     big = ("float32", 1024, 65536)
     before, after = prof.loc[big + ("whole slices",)], prof.loc[big + ("256-column blocks",)]
     assert (before.slice_cols, before.num_warps) == (after.slice_cols, after.num_warps)  # "the same configuration"
-    text = cell_with(L, "At float32 1024 × 64K the same configuration went from")
+    text = cell_with(D, "At float32 1024 × 64K the same configuration went from")
     quotes(text, f"from {before.registers:.0f} registers a thread to {after.registers:.0f}")
     recorded = data.load("device_props").iloc[0].to_dict()
     per_sm = [helpers.occupancy(int(r.registers), 0, int(r.num_warps), recorded)["programs_per_sm"] for r in (before, after)]
@@ -285,14 +319,49 @@ def test_what_the_safety_net_costs():
     quotes(text, f"{bf.min():.0f} to {bf.max():.0f} registers")
 
 
-def test_no_history_in_the_lesson():
-    """The lesson teaches the technique: no commit ids, earlier recordings or tuner debugging."""
-    nb = notebook(L)
-    text = prose(L) + "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+@pytest.mark.parametrize("lesson", [L, D])
+def test_no_history_in_the_lesson(lesson):
+    """The lesson and its deep dive teach the technique: no commit ids, earlier recordings or tuner debugging."""
+    nb = notebook(lesson)
+    text = prose(lesson) + "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
     outputs = "\n".join("".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/plain", ""))
                         for c in nb["cells"] if c["cell_type"] == "code" for o in c.get("outputs", []))
     for phrase in ("before the fix", "grid-sizing fix", "earlier recording", "not been reproduced", "not reproduced",
-                   "bench_runs", "refused", "failed check"):
+                   "bench_runs", "refused", "failed check", "has not been recorded", "had won before", "kept as"):
         assert phrase not in text and phrase not in outputs, phrase
     commit = re.search(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b", text + outputs)
     assert commit is None, f"a commit id: {commit.group(0)}"
+
+
+LOAD = re.compile(r'data\.load\("(\w+)"(?:, gpu=(?:"(\w+)"|gpu|None if gpu == "h100" else gpu))?\)')
+
+
+def _recordings(cells) -> set[tuple[str, str | None]]:
+    found = set()
+    for c in cells:
+        if c["cell_type"] == "code":
+            for name, gpu in LOAD.findall("".join(c["source"])):
+                found.add((name, gpu or None))
+    return found
+
+
+def test_every_gpu_the_prose_names():
+    """The core: "Every measurement in this lesson comes from one GPU, an H100". The deep dive: an H100, "except in
+    the section on what the wait costs, which compares an H100 with an H200"; each recording names its GPU."""
+    assert "Every measurement in this lesson comes from one GPU, an H100" in prose(L)
+    core = _recordings(notebook(L)["cells"])
+    assert {name for name, _ in core} == {"device_props", "bench", "split_l2"}
+    for name, gpu in core:
+        assert "H100" in data.load(name, gpu=gpu).attrs["provenance"]["gpu"], name
+    cells = notebook(D)["cells"]
+    heads = ["".join(c["source"]) for c in cells]
+    wait_at = next(i for i, h in enumerate(heads) if h.startswith("## What the wait costs, on two GPUs"))
+    after = next(i for i, h in enumerate(heads) if i > wait_at and h.startswith("## "))
+    assert "except in the section on what the wait costs, which compares an H100 with an H200" in heads[0]
+    for name, gpu in _recordings(cells[:wait_at] + cells[after:]):
+        assert "H100" in data.load(name, gpu=gpu).attrs["provenance"]["gpu"], name
+    section = "\n".join(heads[wait_at:after])
+    assert 'data.load("coop_wait")' in section and 'gpu=None if gpu == "h100" else gpu' in section
+    wait = data.load("coop_wait")
+    assert "H100" in wait.attrs["provenance"]["gpu"] and "H200" in wait.attrs["provenance"]["gpu"]
+    assert section.count("print(data.provenance(") >= 2  # the sweep's line and each GPU's benchmark
