@@ -29,7 +29,6 @@ from helpers import lesson06
 from helpers.exercises import guarded
 from helpers.lesson06 import slice_stats
 from checking import assert_checker_contract
-from checking import verdict as _run  # the one line a checker prints
 from claims import code_cell_with
 
 #: The merge and its identity, as the lesson defines them in a cell.
@@ -451,6 +450,15 @@ def frac_right(design, M, N, e, l2):
 
 def frac_always_three_passes(design, M, N, e, l2):
     return 1.0 if design == "split_coop" else 2 / 3
+
+
+def _run(capsys, checker, attempt) -> str:
+    """The verdict line a checker prints: one line, and after "correct" for a kernel, the traffic line
+    (helpers.exercises)."""
+    checker(attempt)
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 or (len(out) == 2 and "): correct" in out[0] and out[1].startswith("Traffic: ")), out
+    return out[0]
 
 
 #: exercise -> (checker, a right answer, a wrong answer, its hint); the kernel exercise has its own tests below.
