@@ -33,3 +33,11 @@ def test_every_tool_is_named_in_the_docs():
     tools = sorted(p.relative_to(ROOT / "tools").as_posix() for p in (ROOT / "tools").rglob("*.py"))
     unnamed = [t for t in tools if f"`{t}`" not in conventions and f"`{Path(t).name}`" not in conventions]
     assert not unnamed, f"name these in docs/CONVENTIONS.md's Tools table, or delete them: {unnamed}"
+
+
+def test_the_readme_lesson_table_and_workshop_plan_come_from_the_lessons():
+    """README's lesson table and workshop plan are written by tools/course.py from each lesson's first cell (its
+    title, summary and stated time): they agree with the lessons."""
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "course.py"), "--check"], capture_output=True, text=True,
+                       cwd=ROOT, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr

@@ -288,9 +288,6 @@ def test_cell_tags_are_known(path):
 WORDS_PER_MINUTE = 130  # careful reading of technical prose
 MINUTES_PER_EXERCISE = 8  # a floor, not a target
 MAX_WORDS, MAX_CODE_LINES, MAX_MINUTES = 4000, 250, 90
-#: Core lessons not yet cut down to the budget (issue #52): each must still be over it; take a lesson off this set
-#: in the change that brings it within the budget, so that it can never drift back.
-OVER_BUDGET = {}
 
 
 def budget(path: Path) -> dict:
@@ -327,10 +324,7 @@ def test_a_core_lesson_fits_the_time_it_states(path):
             f"{MAX_CODE_LINES}), {b['exercises']} exercises, time stated {b['stated']} min in {b['line']!r} "
             f"(honest: at least {b['honest']:.0f} = words / {WORDS_PER_MINUTE} + {MINUTES_PER_EXERCISE} per exercise, "
             f"at most {MAX_MINUTES}; state it as '**Time:** teaching N min, exercises M min.')")
-    if path.name[:2] in OVER_BUDGET:
-        assert not fits, f"{path.name} is within its budget now: take it off OVER_BUDGET"
-    else:
-        assert fits, what
+    assert fits, what
 
 
 @lessons

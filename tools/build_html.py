@@ -486,6 +486,7 @@ def build_edition(lessons: list[Lesson], out: Path, edition: str, args, env: jin
         math_count=sum(count_math(str(lesson.summary_html)) for lesson in lessons),
         intro=args.intro,
         total_time=total_time(core),
+        workshop=Markup(markdown2html_mistune(course.workshop_plan(args.root))) if core else "",
     )
     (out / "index.html").write_text(index, encoding="utf-8")
     pages.append(out / "index.html")
