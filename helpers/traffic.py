@@ -294,17 +294,18 @@ def _times(x: float) -> str:
 def learner_line(launches: list) -> str:
     """The traffic line a checker prints after "correct": how many times the learner's kernel read its inputs and
     wrote its outputs (``launches``: per launch, ``(bytes of the tensor, bytes read, bytes written, is an output)``
-    for each tensor argument; a tensor passed twice counts once), the bytes against one pass over them, and the GPU
+    for each tensor argument; a tensor passed twice counts once; a tensor it writes is an output), the bytes against
+    one pass over them, and the GPU
     time on an H200 and an H100 at the recorded copy's speed, the kernel scaled to 64 MiB of input."""
     size_in = size_out = read_in = written_out = other = 0
     for launch in launches:
         seen = set()
         for nbytes, read, written, is_out in launch:
             key = (nbytes, read, written, is_out)
-            if key in seen:
+            if key in seen or not (read or written):  # a tensor passed twice counts once; one never touched not at all
                 continue
             seen.add(key)
-            if is_out:
+            if is_out or written:  # an output: declared, or written to
                 size_out, written_out, other = size_out + nbytes, written_out + written, other + read
             else:
                 size_in, read_in, other = size_in + nbytes, read_in + read, other + written
