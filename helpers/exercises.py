@@ -130,8 +130,10 @@ def _unattempted(answer) -> bool:
     return answer is None or answer is Ellipsis or answer is NotImplemented
 
 
-def check(exercise: str, title: str, attempt, trial: Callable[[object], str | None], *, show: bool = True) -> Verdict:
-    """Run ``trial(attempt)`` and print one verdict line: "correct" (with what ``trial`` returns),
+def check(exercise: str, title: str, attempt, trial: Callable[[object], str | None], *, show: bool = True,
+          compute_bound: bool = False) -> Verdict:
+    """Run ``trial(attempt)`` and print one verdict line: "correct" (with what ``trial`` returns, and a second
+    line, the traffic of the learner's kernel when the trial launched one: ``compute_bound`` for attention),
     "not yet" for an attempt that is None/``...`` or raises ``NotImplementedError``, "wrong" with the
     reason of a ``Wrong``, or with the type and message of any other exception."""
     TRAFFIC.clear()
@@ -142,7 +144,7 @@ def check(exercise: str, title: str, attempt, trial: Callable[[object], str | No
             extra = trial(attempt)
             from .traffic import learner_line
 
-            v = Verdict(exercise, title, CORRECT, extra or "", learner_line(TRAFFIC) if TRAFFIC else "")
+            v = Verdict(exercise, title, CORRECT, extra or "", learner_line(TRAFFIC, compute_bound=compute_bound) if TRAFFIC else "")
         except NotImplementedError:
             v = Verdict(exercise, title, NOT_YET, "replace `raise NotImplementedError` with your code")
         except Wrong as e:

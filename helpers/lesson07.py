@@ -427,7 +427,7 @@ def _check_bounds_7_2(kernel) -> None:
 
 def check_7_2(kernel) -> None:
     """Exercise 7.2: the causal loop bounds (n_full, end) and the diagonal block's mask (keep)."""
-    check("7.2", "the causal loop bounds and the diagonal block", kernel, _trial_7_2)
+    check("7.2", "the causal loop bounds and the diagonal block", kernel, _trial_7_2, compute_bound=True)
 
 
 # --- Exercise 7.3: combine n partial results by their LSE ---

@@ -291,12 +291,14 @@ def _times(x: float) -> str:
     return "never" if x == 0 else "once" if abs(x - 1) < 5e-3 else "twice" if abs(x - 2) < 5e-3 else f"{x:.1f} times"
 
 
-def learner_line(launches: list) -> str:
+def learner_line(launches: list, *, compute_bound: bool = False) -> str:
     """The traffic line a checker prints after "correct": how many times the learner's kernel read its inputs and
     wrote its outputs (``launches``: per launch, ``(bytes of the tensor, bytes read, bytes written, is an output)``
     for each tensor argument; a tensor passed twice counts once; a tensor it writes is an output), the bytes against
     one pass over them, and the GPU
-    time on an H200 and an H100 at the recorded copy's speed, the kernel scaled to 64 MiB of input."""
+    time on an H200 and an H100 at the recorded copy's speed, the kernel scaled to 64 MiB of input. For a kernel
+    whose time its arithmetic sets (``compute_bound``: attention's matmuls), that time is a floor, and the line
+    says so."""
     size_in = size_out = read_in = written_out = other = 0
     for launch in launches:
         seen = set()
@@ -316,7 +318,9 @@ def learner_line(launches: list) -> str:
     scale = REFERENCE_INPUT_BYTES / size_in
     us = {gpu: (predict(max(1, int(moved * scale)), gpu)["us"], predict(int(one_pass * scale), gpu)["us"])
           for gpu in ("h200", "h100")}
+    about = "at least" if compute_bound else "about"
+    floor = (" Its matmuls, not its bytes, set its time: the bytes give only a floor." if compute_bound else "")
     return (f"Traffic: your kernel reads its input {_times(read_in / size_in)} and writes its output "
             f"{_times(written_out / size_out)}: {moved / one_pass:.2f}x the bytes of one pass. With 64 MiB of input, at "
-            f"the recorded copy's speed: about {us['h200'][0]:.0f} µs on an H200 and {us['h100'][0]:.0f} on an H100 "
-            f"(one pass: {us['h200'][1]:.0f} and {us['h100'][1]:.0f}).")
+            f"the recorded copy's speed: {about} {us['h200'][0]:.0f} µs on an H200 and {us['h100'][0]:.0f} on an H100 "
+            f"(one pass: {us['h200'][1]:.0f} and {us['h100'][1]:.0f}).{floor}")
