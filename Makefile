@@ -17,12 +17,13 @@ NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb notebooks/[0-9][0-9]
 export PYTHONHASHSEED := 0
 export MPLBACKEND := Agg
 
-.PHONY: help venv test test-unit test-notebooks test-no-triton test-latest lab execute tidy export figures bench tune lock clean
+.PHONY: help venv lint format test test-unit test-notebooks test-no-triton test-latest lab execute tidy export figures bench tune lock clean
 
 help:
 	@echo "make venv       create .venv with the course's pinned packages (CPU build of torch)"
 	@echo "make lab        JupyterLab on the course (ARGS=\"--port 8890 --ip 0.0.0.0\" passes arguments to it)"
-	@echo "make test       helpers' tests + every notebook under strict nbval (CPU)"
+	@echo "make test       ruff, then helpers' tests + every notebook under strict nbval (CPU), on every core"
+	@echo "make lint       ruff check and ruff format --check (pyproject.toml); make format fixes what it can"
 	@echo "make test-no-triton  the same as on macOS/Windows, with Triton hidden: lessons 01-02 run, kernels skip"
 	@echo "make test-latest  the exercise checkers' tests in .venv-latest: requirements.txt without constraints.txt"
 	@echo "make execute    re-execute all notebooks in place to refresh their stored outputs"
@@ -52,22 +53,35 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml
 # masks that line (tests/no_triton/nbval_sanitize.cfg). Decided when the recipe runs, with .venv's Python.
 NBVAL_SANITIZE = $(shell "$(BIN)/python" -c "import triton" >/dev/null 2>&1 && echo tests/nbval_sanitize.cfg || echo tests/no_triton/nbval_sanitize.cfg)
 NBVAL = --nbval --nbval-cell-timeout=300 --nbval-sanitize-with $(NBVAL_SANITIZE)
+# pytest-xdist: one worker a core (at most 4: each notebook starts a Jupyter kernel beside its worker), files dealt
+# whole to workers, so a notebook's cells run in order in one kernel. XDIST= runs everything in one process.
+XDIST ?= --numprocesses=auto --maxprocesses=4 --dist loadfile
 
-test: venv
-	$(BIN)/python -m pytest -q tests notebooks $(NBVAL)
+test: venv lint
+	$(BIN)/python -m pytest -q $(XDIST) tests notebooks $(NBVAL)
+
+# ruff (pyproject.toml): the lint rules on everything, lessons included; the formatter on the Python files.
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+# Fix what ruff can: the import order and the layout of the Python files (the lessons keep theirs: pyproject.toml).
+format: venv
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
 
 test-unit: venv
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q $(XDIST) tests
 
 test-notebooks: venv
-	$(BIN)/python -m pytest -q notebooks $(NBVAL)
+	$(BIN)/python -m pytest -q $(XDIST) notebooks $(NBVAL)
 
 # `make test` as on a laptop without Triton: tests/no_triton/ first on PYTHONPATH makes `import triton`
 # fail, in pytest and in every Jupyter kernel it starts. Lessons 01-02 pass strict nbval, a kernel
 # lesson stops at its first cell with one line (tests/test_no_triton.py), the rest skips with a reason.
 NO_TRITON_PATH = $(CURDIR)/tests/no_triton$(if $(PYTHONPATH),$(PATHSEP)$(PYTHONPATH))
 test-no-triton: venv
-	PYTHONPATH="$(NO_TRITON_PATH)" $(BIN)/python -m pytest -q -rs tests notebooks --nbval --nbval-cell-timeout=300 \
+	PYTHONPATH="$(NO_TRITON_PATH)" $(BIN)/python -m pytest -q -rs $(XDIST) tests notebooks --nbval --nbval-cell-timeout=300 \
 		--nbval-sanitize-with tests/no_triton/nbval_sanitize.cfg
 
 # The exercise checkers in a second environment: .venv-latest gets requirements.txt's ranges alone, without
@@ -92,7 +106,7 @@ $(LATEST_STAMP): requirements.txt pyproject.toml
 test-latest: $(LATEST_STAMP)
 	@$(BIN_LATEST)/python -c "import torch, triton; print('test-latest: torch', torch.__version__, '/ Triton', triton.__version__)"
 	$(BIN_LATEST)/python -m pytest -q tests/test_exercises_framework.py tests/test_traffic.py
-	$(BIN_LATEST)/python -m pytest -q $(LESSON_TESTS) -k "checker or bounds"
+	$(BIN_LATEST)/python -m pytest -q $(XDIST) $(LESSON_TESTS) -k "checker or bounds"
 	$(BIN_LATEST)/python -m pytest -q tests/test_attention.py tests/test_versions.py -k "spills or fp_fusion"
 
 # tools/lab.py adds --allow-root as root and --no-browser without a display; ARGS go to JupyterLab.

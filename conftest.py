@@ -21,8 +21,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import helpers  # noqa: F401  (first: it decides interpreter vs GPU before anything imports triton)
 import pytest
+
+import helpers  # noqa: F401  (first: it decides interpreter vs GPU before anything imports triton)
 from helpers import mode
 
 NO_TRITON = not helpers.HAS_TRITON
@@ -89,8 +90,10 @@ def pytest_runtest_call(item):
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", "needs_triton: the test needs Triton in a way the skips here cannot see (a subprocess "
-        "running a kernel module): skipped where Triton is missing")
+        "markers",
+        "needs_triton: the test needs Triton in a way the skips here cannot see (a subprocess "
+        "running a kernel module): skipped where Triton is missing",
+    )
 
 
 def pytest_collection_modifyitems(config, items):
@@ -107,5 +110,7 @@ def pytest_collection_modifyitems(config, items):
             continue
         params = getattr(getattr(item, "callspec", None), "params", {})
         executes = item.get_closest_marker("slow") is not None
-        if executes and any(isinstance(v, Path) and v.suffix == ".ipynb" and is_kernel_lesson(v) for v in params.values()):
+        if executes and any(
+            isinstance(v, Path) and v.suffix == ".ipynb" and is_kernel_lesson(v) for v in params.values()
+        ):
             item.add_marker(skip)  # tests/test_notebooks_robust.py runs every cell of a kernel lesson

@@ -20,8 +20,7 @@ def check_tensor(x, name: str = "x", *, kernel: bool = False) -> None:
     """
     if not isinstance(x, torch.Tensor):
         raise TypeError(
-            f"{name} must be a torch.Tensor, got {type(x).__name__}: "
-            f"wrap your data with torch.tensor(...) first."
+            f"{name} must be a torch.Tensor, got {type(x).__name__}: wrap your data with torch.tensor(...) first."
         )
     if x.dtype not in FLOATING:
         raise TypeError(
@@ -42,4 +41,3 @@ def check_tensor(x, name: str = "x", *, kernel: bool = False) -> None:
                 f"move it with {name}.cpu() (or {name}.to(helpers.DEVICE))"
             )
         raise ValueError(f"{name} is on device '{x.device}', but the kernels run on '{DEVICE}': {fix}.")
-

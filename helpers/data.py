@@ -42,7 +42,8 @@ def _path(name: str, gpu: str | None) -> Path:
         known = sorted(q.stem for q in DATA_DIR.glob("*.csv"))
         raise FileNotFoundError(
             f"data.load: no recording figures/data/{stem}.csv. Recordings there: {', '.join(known)}. "
-            f"They are written by GPU runs (the README's 'Recording GPU data').")
+            f"They are written by GPU runs (the README's 'Recording GPU data')."
+        )
     return path
 
 
@@ -78,11 +79,14 @@ def provenance(df: pd.DataFrame) -> str:
     """One line saying where a table's numbers come from: GPU, driver, versions, date and command."""
     meta = getattr(df, "attrs", {}).get("provenance")
     if meta is None:
-        raise ValueError("data.provenance: this DataFrame carries no provenance (make it with data.load or data.frame).")
+        raise ValueError(
+            "data.provenance: this DataFrame carries no provenance (make it with data.load or data.frame)."
+        )
     src = df.attrs.get("source", "")
     line = (f"{src}: " if src else "") + (
         f"{meta.get('gpu', '?')} (driver {meta.get('driver', '?')}), torch {meta.get('torch', '?')}, "
-        f"Triton {meta.get('triton', '?')}, {meta.get('date', '?')}")
+        f"Triton {meta.get('triton', '?')}, {meta.get('date', '?')}"
+    )
     if meta.get("command"):
         line += f", by `{meta['command']}`"
     return line + "."
@@ -126,8 +130,9 @@ def _fmt(v, digits: int) -> str:
     return f"{float(v):.{digits}f}"
 
 
-def show(df, *, digits: int = 2, best: str | None = None, axis: int = 1, noisy=None,
-         caption: str | None = None) -> Table:
+def show(
+    df, *, digits: int = 2, best: str | None = None, axis: int = 1, noisy=None, caption: str | None = None
+) -> Table:
     """Display ``df`` (a DataFrame or Series) in the course's table style.
 
     ``digits``: decimals of floats. ``best``: 'max' or 'min' marks the best value of each row
@@ -150,8 +155,11 @@ def show(df, *, digits: int = 2, best: str | None = None, axis: int = 1, noisy=N
         s = _fmt(v, digits)
         return s + "*" if mask is not None and bool(mask.iat[r, c]) else s
 
-    shown = pd.DataFrame([[cell(df.iat[r, c], r, c) for c in range(df.shape[1])] for r in range(df.shape[0])],
-                         index=df.index, columns=df.columns)
+    shown = pd.DataFrame(
+        [[cell(df.iat[r, c], r, c) for c in range(df.shape[1])] for r in range(df.shape[0])],
+        index=df.index,
+        columns=df.columns,
+    )
     numeric = df.apply(pd.to_numeric, errors="coerce")
     bold = pd.DataFrame(False, index=df.index, columns=df.columns)
     if best is not None and df.size:
@@ -163,7 +171,11 @@ def show(df, *, digits: int = 2, best: str | None = None, axis: int = 1, noisy=N
     if mask is not None:
         css = css.mask(mask, css + "background-color: #e8e8e8; color: #666;")
     styler = shown.style.apply(lambda _: css, axis=None)
-    note = f"* rounds spread over {SPREAD_LIMIT:.0%}: no conclusion rests on this cell" if mask is not None and mask.values.any() else ""
+    note = (
+        f"* rounds spread over {SPREAD_LIMIT:.0%}: no conclusion rests on this cell"
+        if mask is not None and mask.values.any()
+        else ""
+    )
     cap = " ".join(s for s in (caption or "", note) if s)
     if cap:
         styler = styler.set_caption(cap)

@@ -30,9 +30,12 @@ def occupancy(n_regs: int, shared_bytes: int, num_warps: int, props: dict) -> di
         if key not in props:
             raise KeyError(f"occupancy(): props is missing {key!r} (see helpers.gpu_props()).")
     reserved = props.get("reserved_shared_per_block", 0)
-    for name, val, low in ([(f"props[{key!r}]", props[key], 1) for key in PROPS_KEYS]
-                           + [("n_regs", n_regs, 1), ("num_warps", num_warps, 1), ("shared_bytes", shared_bytes, 0),
-                              ("props['reserved_shared_per_block']", reserved, 0)]):
+    for name, val, low in [(f"props[{key!r}]", props[key], 1) for key in PROPS_KEYS] + [
+        ("n_regs", n_regs, 1),
+        ("num_warps", num_warps, 1),
+        ("shared_bytes", shared_bytes, 0),
+        ("props['reserved_shared_per_block']", reserved, 0),
+    ]:
         if isinstance(val, bool) or not isinstance(val, int) or val < low:
             what = "a positive int" if low else "a non-negative int"
             raise ValueError(f"occupancy(): {name} must be {what}, got {val!r}.")
@@ -44,7 +47,9 @@ def occupancy(n_regs: int, shared_bytes: int, num_warps: int, props: dict) -> di
         "registers": props["regs_per_sm"] // (regs_per_warp * num_warps),
         "threads": props["max_threads_per_sm"] // (warp * num_warps),
         "blocks": props["max_blocks_per_sm"],
-        "shared memory": props["shared_per_sm"] // per_block_shared if per_block_shared > 0 else props["max_blocks_per_sm"],
+        "shared memory": props["shared_per_sm"] // per_block_shared
+        if per_block_shared > 0
+        else props["max_blocks_per_sm"],
     }
     per_sm = min(limits.values())
     binding = min(limits, key=lambda k: limits[k])
@@ -109,8 +114,15 @@ def compiled_occupancy(compiled, num_warps: int, device=None) -> dict:
     # Size grids by the smaller of the two counts: a cooperative launch of more programs than can be
     # resident is refused by the driver.
     per_sm = occ["programs_per_sm"] if api is None else min(api, occ["programs_per_sm"])
-    return {"n_regs": compiled.n_regs, "n_spills": compiled.n_spills, "shared": compiled.metadata.shared,
-            "num_warps": num_warps, **occ, "api_programs_per_sm": api, "programs": props["sm_count"] * per_sm}
+    return {
+        "n_regs": compiled.n_regs,
+        "n_spills": compiled.n_spills,
+        "shared": compiled.metadata.shared,
+        "num_warps": num_warps,
+        **occ,
+        "api_programs_per_sm": api,
+        "programs": props["sm_count"] * per_sm,
+    }
 
 
 def api_occupancy(compiled, num_warps: int) -> int | None:
@@ -122,5 +134,6 @@ def api_occupancy(compiled, num_warps: int) -> int | None:
         return None
     compiled._init_handles()
     err, n = cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(
-        cu.CUfunction(compiled.function), num_warps * 32, compiled.metadata.shared)
+        cu.CUfunction(compiled.function), num_warps * 32, compiled.metadata.shared
+    )
     return int(n) if int(err) == 0 else None

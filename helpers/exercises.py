@@ -21,8 +21,8 @@ import math
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
@@ -92,8 +92,12 @@ def fmt_pair(expected, got, digits: int = 4) -> tuple[str, str]:
     """Renderings of ``expected`` and ``got`` that differ wherever their values do: small values get
     more digits until they differ; tensors of more than 8 elements (same shape) are shown at their
     first differing element, with its index."""
-    if (isinstance(expected, torch.Tensor) and isinstance(got, torch.Tensor) and expected.shape == got.shape
-            and expected.numel() > 8):
+    if (
+        isinstance(expected, torch.Tensor)
+        and isinstance(got, torch.Tensor)
+        and expected.shape == got.shape
+        and expected.numel() > 8
+    ):
         e = expected.detach().cpu().reshape(-1).to(torch.float64)
         g = got.detach().cpu().reshape(-1).to(torch.float64)
         same = (e == g) | (torch.isnan(e) & torch.isnan(g))
@@ -122,16 +126,28 @@ def _pair_numbers(a: float, b: float, digits: int) -> tuple[str, str]:
 def same_values(got, want: torch.Tensor, atol: float, rtol: float) -> bool:
     """True if ``got`` is a tensor of ``want``'s shape with the same values: NaN and infinities in the
     same places, the finite values close (to recognize a known wrong answer by what it returns)."""
-    return (isinstance(got, torch.Tensor) and got.shape == want.shape and torch.allclose(
-        got.detach().cpu().double(), want.detach().cpu().double(), atol=atol, rtol=rtol, equal_nan=True))
+    return (
+        isinstance(got, torch.Tensor)
+        and got.shape == want.shape
+        and torch.allclose(
+            got.detach().cpu().double(), want.detach().cpu().double(), atol=atol, rtol=rtol, equal_nan=True
+        )
+    )
 
 
 def _unattempted(answer) -> bool:
     return answer is None or answer is Ellipsis or answer is NotImplemented
 
 
-def check(exercise: str, title: str, attempt, trial: Callable[[object], str | None], *, show: bool = True,
-          compute_bound: bool = False) -> Verdict:
+def check(
+    exercise: str,
+    title: str,
+    attempt,
+    trial: Callable[[object], str | None],
+    *,
+    show: bool = True,
+    compute_bound: bool = False,
+) -> Verdict:
     """Run ``trial(attempt)`` and print one verdict line: "correct" (with what ``trial`` returns, and a second
     line, the traffic of the learner's kernel when the trial launched one: ``compute_bound`` for attention),
     "not yet" for an attempt that is None/``...`` or raises ``NotImplementedError``, "wrong" with the
@@ -144,7 +160,13 @@ def check(exercise: str, title: str, attempt, trial: Callable[[object], str | No
             extra = trial(attempt)
             from .traffic import learner_line
 
-            v = Verdict(exercise, title, CORRECT, extra or "", learner_line(TRAFFIC, compute_bound=compute_bound) if TRAFFIC else "")
+            v = Verdict(
+                exercise,
+                title,
+                CORRECT,
+                extra or "",
+                learner_line(TRAFFIC, compute_bound=compute_bound) if TRAFFIC else "",
+            )
         except NotImplementedError:
             v = Verdict(exercise, title, NOT_YET, "replace `raise NotImplementedError` with your code")
         except Wrong as e:
@@ -159,7 +181,9 @@ def check(exercise: str, title: str, attempt, trial: Callable[[object], str | No
     return v
 
 
-def expect_close(got, expected: torch.Tensor, *, inputs=None, atol: float = 1e-5, rtol: float = 1e-4, what: str = "") -> float:
+def expect_close(
+    got, expected: torch.Tensor, *, inputs=None, atol: float = 1e-5, rtol: float = 1e-4, what: str = ""
+) -> float:
     """Raise ``Wrong`` unless ``got`` is a tensor close to ``expected``; return the max abs error. The
     message never shows the same text for "expected" and "got" (``fmt_pair``); in a tensor of more than
     8 elements it names the first wrong element (or misplaced NaN) by its index."""
@@ -198,8 +222,10 @@ def expect_close(got, expected: torch.Tensor, *, inputs=None, atol: float = 1e-5
             raise Wrong(f"{where}expected {a}{what}, got {b}")
         i = int(torch.nonzero(bad.reshape(-1))[0])
         ev, gv = _pair_numbers(e.reshape(-1)[i].item(), g.reshape(-1)[i].item(), 4)
-        raise Wrong(f"{where}at index {list(_index(i, e.shape))} expected {ev}{what}, got {gv} "
-                    f"(max abs error {err:.2g}, {int(bad.sum())} of {e.numel()} elements wrong)")
+        raise Wrong(
+            f"{where}at index {list(_index(i, e.shape))} expected {ev}{what}, got {gv} "
+            f"(max abs error {err:.2g}, {int(bad.sum())} of {e.numel()} elements wrong)"
+        )
     return err
 
 
@@ -250,8 +276,10 @@ class _Watchdog:
 
 
 def _did_not_finish(limit: float, what: str) -> Wrong:
-    return Wrong(f"{what} did not finish within {limit:g} s: does every loop end (a `while` whose condition "
-                 f"never changes, an index that never advances)?")
+    return Wrong(
+        f"{what} did not finish within {limit:g} s: does every loop end (a `while` whose condition "
+        f"never changes, an index that never advances)?"
+    )
 
 
 def require_kernel(kernel, name: str) -> None:
@@ -301,8 +329,9 @@ GUARD = 1024  # elements of guard region on each side of a buffer
 KERNEL_TIMEOUT: float | None = None
 
 
-def guarded(shape, dtype=torch.float32, device=None, fill=float("nan"), guard: int = GUARD,
-            row_stride: int | None = None) -> torch.Tensor:
+def guarded(
+    shape, dtype=torch.float32, device=None, fill=float("nan"), guard: int = GUARD, row_stride: int | None = None
+) -> torch.Tensor:
     """A tensor of ``shape`` filled with ``fill``, between ``guard`` sentinel elements on each side
     (``guards_intact`` checks them). With ``row_stride`` (2-D only) its rows are ``row_stride`` apart
     and the padding after each holds NaN: a read past a row's end puts NaN into the output."""
@@ -310,14 +339,16 @@ def guarded(shape, dtype=torch.float32, device=None, fill=float("nan"), guard: i
 
     shape = tuple(int(s) for s in shape)
     if row_stride is not None and (len(shape) != 2 or row_stride < shape[1]):
-        raise ValueError(f"guarded: row_stride needs a 2-D shape and row_stride >= the row length, got shape {shape}, "
-                         f"row_stride {row_stride}")
+        raise ValueError(
+            f"guarded: row_stride needs a 2-D shape and row_stride >= the row length, got shape {shape}, "
+            f"row_stride {row_stride}"
+        )
     span = math.prod(shape) if row_stride is None else shape[0] * row_stride
     base = torch.full((span + 2 * guard,), _sentinel(dtype), dtype=dtype, device=device or DEVICE)
     if row_stride is None:
-        t = base[guard:guard + span].view(shape)
+        t = base[guard : guard + span].view(shape)
     else:
-        base[guard:guard + span].fill_(_pad(dtype))
+        base[guard : guard + span].fill_(_pad(dtype))
         t = torch.as_strided(base, shape, (row_stride, 1), guard)
     return t.fill_(fill)
 
@@ -343,10 +374,10 @@ def guards_intact(t: torch.Tensor, guard: int = GUARD) -> bool:
     span = _span(t)
     base = torch.as_strided(t, (span + 2 * guard,), (1,), t.storage_offset() - guard)
     s = _sentinel(t.dtype)
-    if not bool((base[:guard] == s).all() and (base[guard + span:] == s).all()):
+    if not bool((base[:guard] == s).all() and (base[guard + span :] == s).all()):
         return False
     if span != t.numel():
-        rows = base[guard:guard + span].view(t.shape[0], t.stride(0))[:, t.shape[1]:]
+        rows = base[guard : guard + span].view(t.shape[0], t.stride(0))[:, t.shape[1] :]
         pad_ok = torch.isnan(rows).all() if t.dtype.is_floating_point else (rows == _pad(t.dtype)).all()
         return bool(pad_ok)
     return True
@@ -374,21 +405,27 @@ def run_learner_kernel(kernel, grid, *args, outputs=(), timeout: float | None = 
         raise _did_not_finish(e.limit, "your kernel") from None
     except sandbox.KernelCrashed as e:
         sig = f" ({e.signal_name})" if e.signal_name else ""
-        raise Wrong(f"your kernel crashed the process that ran it{sig}: most likely an access far outside its "
-                    f"tensors: {OUT_OF_BOUNDS_HINT}") from None
+        raise Wrong(
+            f"your kernel crashed the process that ran it{sig}: most likely an access far outside its "
+            f"tensors: {OUT_OF_BOUNDS_HINT}"
+        ) from None
     except sandbox.KernelCudaError as e:
-        raise Wrong(f"your kernel made the GPU fault ({first_sentence(str(e))}): most likely an access outside "
-                    f"its tensors: {OUT_OF_BOUNDS_HINT}") from None
+        raise Wrong(
+            f"your kernel made the GPU fault ({first_sentence(str(e))}): most likely an access outside "
+            f"its tensors: {OUT_OF_BOUNDS_HINT}"
+        ) from None
     except sandbox.KernelWroteOutside:
-        raise Wrong(f"your kernel wrote outside the memory of the tensors it was given: {OUT_OF_BOUNDS_HINT}"
-                    ) from None
+        raise Wrong(f"your kernel wrote outside the memory of the tensors it was given: {OUT_OF_BOUNDS_HINT}") from None
     for t in outputs:
         if not guards_intact(t):
-            raise Wrong("your kernel wrote past the end of its output (into memory just outside it): "
-                        "does tl.store have mask=... for the padding lanes?")
+            raise Wrong(
+                "your kernel wrote past the end of its output (into memory just outside it): "
+                "does tl.store have mask=... for the padding lanes?"
+            )
     if sandbox.LAST_TRAFFIC:
-        TRAFFIC.append([(t.numel() * t.element_size(), r, w, any(t is o for o in outputs))
-                        for t, r, w in sandbox.LAST_TRAFFIC])
+        TRAFFIC.append(
+            [(t.numel() * t.element_size(), r, w, any(t is o for o in outputs)) for t, r, w in sandbox.LAST_TRAFFIC]
+        )
 
 
 def first_sentence(message: str) -> str:
@@ -411,8 +448,7 @@ def is_untouched(kernel) -> bool:
     return re.search(r"^\s*raise\s+NotImplementedError\b", src, re.MULTILINE) is not None
 
 
-def launch_learner_kernel(kernel, grid, *args, where: str, outputs=(), timeout: float | None = None,
-                          **kwargs) -> None:
+def launch_learner_kernel(kernel, grid, *args, where: str, outputs=(), timeout: float | None = None, **kwargs) -> None:
     """``run_learner_kernel``, for a checker: an untouched template is "not yet", and any other error of
     the learner's code becomes ``Wrong("<where> your kernel raised ...")``."""
     try:

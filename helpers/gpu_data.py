@@ -31,8 +31,12 @@ PROVENANCE_KEYS = ("gpu", "driver", "torch", "triton", "date", "commit", "comman
 
 def _driver() -> str:
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20)
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
         return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else "unknown"
     except Exception:
         return "unknown"
@@ -46,10 +50,14 @@ def _commit(root: Path = COURSE_ROOT) -> str:
     if env:
         return env
     try:
-        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True, timeout=10, cwd=root)
+        top = subprocess.run(
+            ["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True, timeout=10, cwd=root
+        )
         if top.returncode != 0 or Path(top.stdout.strip()).resolve() != root.resolve():
             return "unknown"
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10, cwd=root)
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10, cwd=root
+        )
         return out.stdout.strip() or "unknown"
     except Exception:
         return "unknown"
@@ -157,8 +165,9 @@ def previous_bench(gpu: str = LESSON_GPU) -> tuple[list[dict], dict]:
     return max(runs, key=lambda rm: rm[1]["date"])
 
 
-def sweep_agreement(current: list[dict], earlier: list[dict], changed=("softmax", "split_coop"),
-                    within: float = 0.05) -> dict:
+def sweep_agreement(
+    current: list[dict], earlier: list[dict], changed=("softmax", "split_coop"), within: float = 0.05
+) -> dict:
     """How far two sweeps agree in GPU time, cell by cell, over the cells both measured of every
     provider not in ``changed``: the number of cells, how many differ by at most ``within``, the
     median difference (all absolute), and the cells outside as ((dtype, M, N, provider), signed
@@ -169,8 +178,14 @@ def sweep_agreement(current: list[dict], earlier: list[dict], changed=("softmax"
     signed = {k: ka[k]["graph_ms"] / kb[k]["graph_ms"] - 1 for k in ka if k in kb}
     diffs = sorted(abs(d) for d in signed.values())
     outside = sorted(((k, d) for k, d in signed.items() if abs(d) > within), key=lambda kd: abs(kd[1]))
-    return dict(cells=len(diffs), within=sum(d <= within for d in diffs), median=diffs[len(diffs) // 2],
-                outside=outside, limit=within, changed=tuple(changed))
+    return dict(
+        cells=len(diffs),
+        within=sum(d <= within for d in diffs),
+        median=diffs[len(diffs) // 2],
+        outside=outside,
+        limit=within,
+        changed=tuple(changed),
+    )
 
 
 #: A cell whose rounds differ by more than this (max - min over the median) carries no conclusion:
@@ -193,4 +208,3 @@ def device_props(live: bool | None = None) -> tuple[dict, dict]:
         return gpu_props(), provenance("helpers.gpu_props()")
     rows, meta = read_csv("device_props")
     return rows[0], meta
-

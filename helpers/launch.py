@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import triton
@@ -134,7 +135,7 @@ class Rows:
             return (n_cols, 1), True
 
     @staticmethod
-    def of(x: torch.Tensor, other: torch.Tensor | None = None) -> "Rows":
+    def of(x: torch.Tensor, other: torch.Tensor | None = None) -> Rows:
         n_cols = x.shape[-1]
         n_rows = math.prod(x.shape[:-1])  # explicit, so zero-length rows (n_cols == 0) work too
         (rs, cs), copy = Rows._strides(x, n_rows, n_cols)
@@ -233,12 +234,29 @@ def raw_launcher(compiled) -> Callable:
         annotations, signature = run.arg_annotations, run.kernel_signature
 
         def launch(gx, gy, gz, stream, *args):
-            go(gx, gy, gz, stream, function, coop, pdl, packed, None, None, None, None, None, annotations, signature,
-               args)
+            go(
+                gx,
+                gy,
+                gz,
+                stream,
+                function,
+                coop,
+                pdl,
+                packed,
+                None,
+                None,
+                None,
+                None,
+                None,
+                annotations,
+                signature,
+                args,
+            )
     else:  # Triton 3.6
 
         def launch(gx, gy, gz, stream, *args):
             go(gx, gy, gz, stream, function, coop, pdl, None, None, packed, None, None, None, *args)
+
     return launch
 
 
@@ -260,9 +278,11 @@ class _Direct:
         self.grid = tuple(L.grid) + (1,) * (3 - len(L.grid))
         # The launcher takes every parameter in the kernel's order and skips the constexpr ones:
         # after the pointers and the scalar arguments come the constexprs, by name.
-        names = list(L.kernel.arg_names)[len(L.ptrs) + len(L.args):]
+        names = list(L.kernel.arg_names)[len(L.ptrs) + len(L.args) :]
         if any(n not in L.constexprs for n in names):
-            raise TypeError(f"{L.kernel.__name__}: parameters {names} after the scalar arguments must all be constexprs")
+            raise TypeError(
+                f"{L.kernel.__name__}: parameters {names} after the scalar arguments must all be constexprs"
+            )
         self.rest = tuple(L.args) + tuple(L.constexprs[n] for n in names)
         self.compiled = compiled
 
@@ -289,7 +309,7 @@ def direct_launcher(L: Launch, tensors: tuple, device: int) -> Callable:
     ``kernel[grid](...)`` then (``DIRECT[0] = False`` if a launch refuses)."""
     d = _Direct(L, tensors, {p: i for i, p in enumerate(L.ptrs)})
     run, (gx, gy, gz), rest = d.launch, d.grid, d.rest
-    constexprs = rest[len(L.args):]
+    constexprs = rest[len(L.args) :]
     raw_stream = _raw_stream
 
     def launch(*ptrs, args=None):
@@ -337,15 +357,18 @@ def _direct_call(plan: Plan, rows: Rows, inputs: tuple) -> Callable:
         d = directs[0]
         launch, (gx, gy, gz), rest = d.launch, d.grid, d.rest
         if x.is_contiguous():
+
             def call(x):
                 out = torch.empty_like(x)
                 launch(gx, gy, gz, raw_stream(dev), out.data_ptr(), x.data_ptr(), *rest)
                 return out
         else:
+
             def call(x):
                 out = torch.empty_like(x, memory_format=fmt)
                 launch(gx, gy, gz, raw_stream(dev), out.data_ptr(), x.data_ptr(), *rest)
                 return out
+
         return call
 
     launches = [(d.launch, *d.grid, d.idx, d.rest) for d in directs]
@@ -393,8 +416,16 @@ class RowSoftmax:
 
     def __call__(self, x, *options):
         try:
-            key = (x.dtype, x.shape, x.stride(), x.get_device(), x.is_cuda, x.is_cpu, not x.data_ptr() & 15,
-                   options and _option_key(options))
+            key = (
+                x.dtype,
+                x.shape,
+                x.stride(),
+                x.get_device(),
+                x.is_cuda,
+                x.is_cpu,
+                not x.data_ptr() & 15,
+                options and _option_key(options),
+            )
             entry = self.cache[key]
         except (KeyError, AttributeError, TypeError):
             return self._resolve((x,), options)
@@ -409,7 +440,7 @@ class RowSoftmax:
 
     def plan(self, *inputs_and_options) -> Plan:
         """The plan the inputs get (validating them), without launching anything: for lessons and tests."""
-        inputs, options = inputs_and_options[: self.n_inputs], inputs_and_options[self.n_inputs:]
+        inputs, options = inputs_and_options[: self.n_inputs], inputs_and_options[self.n_inputs :]
         self.check(*inputs)
         return self.plan_fn(Rows.of(*inputs), *options)
 
@@ -477,9 +508,23 @@ class RowSoftmax2(RowSoftmax):
 
     def __call__(self, a, b, *options):
         try:
-            key = (a.dtype, a.shape, a.stride(), a.get_device(), a.is_cuda, a.is_cpu, not a.data_ptr() & 15,
-                   b.dtype, b.shape, b.stride(), b.get_device(), b.is_cuda, b.is_cpu, not b.data_ptr() & 15,
-                   options and _option_key(options))
+            key = (
+                a.dtype,
+                a.shape,
+                a.stride(),
+                a.get_device(),
+                a.is_cuda,
+                a.is_cpu,
+                not a.data_ptr() & 15,
+                b.dtype,
+                b.shape,
+                b.stride(),
+                b.get_device(),
+                b.is_cuda,
+                b.is_cpu,
+                not b.data_ptr() & 15,
+                options and _option_key(options),
+            )
             entry = self.cache[key]
         except (KeyError, AttributeError, TypeError):
             return self._resolve((a, b), options)

@@ -18,8 +18,10 @@ def traffic_rows(M: int, N: int) -> list[dict]:
     """One dict per operation of the naive row-wise softmax (name, code, reads, writes, in
     elements), then one for the naive total and one for a fused kernel."""
     rows = [{"name": o.name, "code": o.code, "reads": o.reads, "writes": o.writes} for o in naive_ops(M, N)]
-    return rows + [{"name": "naive total", "code": "", **kernel_traffic("naive", M, N)},
-                   {"name": "fused kernel", "code": "y = softmax(x) in one kernel", **kernel_traffic("fused", M, N)}]
+    return rows + [
+        {"name": "naive total", "code": "", **kernel_traffic("naive", M, N)},
+        {"name": "fused kernel", "code": "y = softmax(x) in one kernel", **kernel_traffic("fused", M, N)},
+    ]
 
 
 def plot_naive_traffic(M: int = 4096, N: int = 1024):
@@ -107,17 +109,41 @@ def plot_roofline(gpu: dict | None = None):
     ax.plot(ai, np.minimum(peak, ai * bw) / 1e12, color="#333333", lw=2)
     ax.axvline(ridge, color="#888888", ls="--", lw=1)
     ax.text(ridge * 1.1, 0.02, f"ridge point\n{ridge:.0f} FLOP/byte", fontsize=9, va="bottom")
-    ax.text(1.6, 1.6 * bw / 1e12 * 2.2, f"memory roof: {bw / 1e9:.0f} GB/s", fontsize=9, rotation=29,
-            ha="center", va="center")
+    ax.text(
+        1.6,
+        1.6 * bw / 1e12 * 2.2,
+        f"memory roof: {bw / 1e9:.0f} GB/s",
+        fontsize=9,
+        rotation=29,
+        ha="center",
+        va="center",
+    )
     ax.text(60, peak / 1e12 * 1.15, f"compute roof: {peak / 1e12:.1f} TFLOP/s (fp32)", fontsize=9, ha="center")
-    for kernel, color, where in (("naive", plots.COLORS["naive"], (0.6, 0.06)), ("fused", plots.COLORS["fused"], (0.09, 8.0))):
+    for kernel, color, where in (
+        ("naive", plots.COLORS["naive"], (0.6, 0.06)),
+        ("fused", plots.COLORS["fused"], (0.09, 8.0)),
+    ):
         x = softmax_intensity(kernel)
         y = x * bw / 1e12
         ax.plot([x], [y], "o", color=color, ms=8)
-        ax.annotate(f"softmax, {kernel}\n{x:.2f} FLOP/byte", (x, y), xytext=where, fontsize=9, color=color,
-                    ha="center", va="center", arrowprops=dict(arrowstyle="-", color=color, lw=0.8))
-    ax.set(xscale="log", yscale="log", xlim=(1e-2, 1e3), ylim=(1e-2, 300),
-           xlabel="arithmetic intensity (FLOP per byte of DRAM traffic)", ylabel="attainable TFLOP/s")
+        ax.annotate(
+            f"softmax, {kernel}\n{x:.2f} FLOP/byte",
+            (x, y),
+            xytext=where,
+            fontsize=9,
+            color=color,
+            ha="center",
+            va="center",
+            arrowprops=dict(arrowstyle="-", color=color, lw=0.8),
+        )
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlim=(1e-2, 1e3),
+        ylim=(1e-2, 300),
+        xlabel="arithmetic intensity (FLOP per byte of DRAM traffic)",
+        ylabel="attainable TFLOP/s",
+    )
     ax.set_title(f"Roofline of the {gpu['name']}, fp32: softmax sits on the memory roof", fontsize=10)
     return fig
 
@@ -144,8 +170,14 @@ class _TorchCalls(TorchFunctionMode):
 
 
 #: PyTorch's own softmax, under the names it reaches ``_TorchCalls`` by (exercise 1.1 rules them out).
-_READY_MADE = {"softmax": "softmax", "_softmax": "softmax", "special_softmax": "softmax",
-               "log_softmax": "log_softmax", "_log_softmax": "log_softmax", "special_log_softmax": "log_softmax"}
+_READY_MADE = {
+    "softmax": "softmax",
+    "_softmax": "softmax",
+    "special_softmax": "softmax",
+    "log_softmax": "log_softmax",
+    "_log_softmax": "log_softmax",
+    "special_log_softmax": "log_softmax",
+}
 
 
 def _call_without_softmax(softmax_1d, x):
@@ -155,15 +187,23 @@ def _call_without_softmax(softmax_1d, x):
     used = sorted({_READY_MADE[n] for n in calls.names if n in _READY_MADE})
     if used:
         name = used[0]
-        raise Wrong(f"your function calls PyTorch's own {name} (torch.{name}, F.{name} or x.{name}()), which this "
-                    "exercise rules out: write softmax yourself from exp, sum and divide")
+        raise Wrong(
+            f"your function calls PyTorch's own {name} (torch.{name}, F.{name} or x.{name}()), which this "
+            "exercise rules out: write softmax yourself from exp, sum and divide"
+        )
     return got
 
 
 def _trial_1_1(softmax_1d) -> str:
     torch.manual_seed(0)
-    cases = [torch.tensor([1.0, 2.0, 3.0]), torch.tensor([0.0, 0.0]), torch.tensor([5.0]),
-             torch.tensor([-1.0, 0.5, 2.0, -3.0]), torch.randn(10), torch.randn(6, dtype=torch.float64)]
+    cases = [
+        torch.tensor([1.0, 2.0, 3.0]),
+        torch.tensor([0.0, 0.0]),
+        torch.tensor([5.0]),
+        torch.tensor([-1.0, 0.5, 2.0, -3.0]),
+        torch.randn(10),
+        torch.randn(6, dtype=torch.float64),
+    ]
     worst = 0.0
     for x in cases:
         before = x.clone()
@@ -183,8 +223,11 @@ def _trial_1_1(softmax_1d) -> str:
 SOFTMAX_1D_MISTAKES = [
     (torch.exp, "exp(x) alone does not sum to 1: divide it by its sum, exp(x) / exp(x).sum()"),
     (lambda x: x / x.sum(), "x / x.sum() skips the exponential: softmax is exp(x) / exp(x).sum()"),
-    (lambda x: torch.exp(x) / torch.exp(x).max(), "divide by the sum of the exponentials, not by their maximum "
-     "(exp(x - max(x)) is exp(x) divided by their maximum)"),
+    (
+        lambda x: torch.exp(x) / torch.exp(x).max(),
+        "divide by the sum of the exponentials, not by their maximum "
+        "(exp(x - max(x)) is exp(x) divided by their maximum)",
+    ),
     (lambda x: torch.exp(x) / x.sum(), "divide exp(x) by the sum of exp(x), not by the sum of x"),
 ]
 
@@ -209,22 +252,36 @@ def three_op_traffic_answer(M: int, N: int) -> tuple[int, int]:
 
 #: Plausible wrong counts of exercise 1.2 (function of M and N, the hint that names the mistake).
 THREE_OP_MISTAKES = [
-    (lambda M, N: (3 * M * N, 2 * M * N + M),
-     "the divide also reads the M sums (one per row) that the sum wrote: they come back from DRAM too"),
-    (lambda M, N: (3 * M * N + M, 2 * M * N),
-     "the sum writes its M results (one per row) to DRAM, where the divide reads them back"),
-    (lambda M, N: (3 * M * N, 2 * M * N),
-     "the M row sums go through DRAM: the sum writes them (M writes) and the divide reads them back (M reads)"),
-    (lambda M, N: (4 * M * N, 2 * M * N + M),
-     "the divide reads each row's sum once, M values in all: denominator[:, None] is a view, not an M x N tensor"),
-    (lambda M, N: (3 * M * N + 2 * M, 2 * M * N + 2 * M),
-     "denominator[:, None] is a view, not a kernel: it reads and writes nothing (the divide reads the M sums)"),
-    (lambda M, N: (2 * M * N + M, 2 * M * N + M),
-     "every kernel reads its inputs from DRAM, even what the kernel before it just wrote: the sum and the divide "
-     "each read the whole numerator"),
+    (
+        lambda M, N: (3 * M * N, 2 * M * N + M),
+        "the divide also reads the M sums (one per row) that the sum wrote: they come back from DRAM too",
+    ),
+    (
+        lambda M, N: (3 * M * N + M, 2 * M * N),
+        "the sum writes its M results (one per row) to DRAM, where the divide reads them back",
+    ),
+    (
+        lambda M, N: (3 * M * N, 2 * M * N),
+        "the M row sums go through DRAM: the sum writes them (M writes) and the divide reads them back (M reads)",
+    ),
+    (
+        lambda M, N: (4 * M * N, 2 * M * N + M),
+        "the divide reads each row's sum once, M values in all: denominator[:, None] is a view, not an M x N tensor",
+    ),
+    (
+        lambda M, N: (3 * M * N + 2 * M, 2 * M * N + 2 * M),
+        "denominator[:, None] is a view, not a kernel: it reads and writes nothing (the divide reads the M sums)",
+    ),
+    (
+        lambda M, N: (2 * M * N + M, 2 * M * N + M),
+        "every kernel reads its inputs from DRAM, even what the kernel before it just wrote: the sum and the divide "
+        "each read the whole numerator",
+    ),
     (lambda M, N: (2 * M * N + M, 3 * M * N + M), "you swapped the reads and the writes: return (reads, writes)"),
-    (lambda M, N: (5 * M * N + 2 * M, 3 * M * N + 2 * M),
-     "that is the count of the five-line version: without the max and the subtraction there are three lines"),
+    (
+        lambda M, N: (5 * M * N + 2 * M, 3 * M * N + 2 * M),
+        "that is the count of the five-line version: without the max and the subtraction there are three lines",
+    ),
     (lambda M, N: (4 * (3 * M * N + M), 4 * (2 * M * N + M)), "count elements, not bytes"),
 ]
 
@@ -241,11 +298,14 @@ def _trial_1_2(three_op_traffic) -> str:
         want_r, want_w = three_op_traffic_answer(M, N)
         bad = [name for name, g, w in (("reads", reads, want_r), ("writes", writes, want_w)) if g != w]
         if bad:
-            hint = next((h for fn, h in THREE_OP_MISTAKES if all(tuple(fn(m, n)) == a for (m, n), a in
-                                                                  zip(shapes, answers))),
-                        "count each of the three lines as the max and the subtraction were counted above")
-            raise Wrong(f"for M={M}, N={N} you returned (reads, writes) = ({reads}, {writes}); the "
-                        f"{' and the '.join(bad)} are off: {hint}")
+            hint = next(
+                (h for fn, h in THREE_OP_MISTAKES if all(tuple(fn(m, n)) == a for (m, n), a in zip(shapes, answers))),
+                "count each of the three lines as the max and the subtraction were counted above",
+            )
+            raise Wrong(
+                f"for M={M}, N={N} you returned (reads, writes) = ({reads}, {writes}); the "
+                f"{' and the '.join(bad)} are off: {hint}"
+            )
     return "3MN + M reads, 2MN + M writes"
 
 
@@ -268,8 +328,11 @@ SHIFT_CASES = [
 
 def _as_bool(v):
     """``v`` as a bool if it is one (a Python or numpy bool, a one-element bool tensor), else None."""
-    if isinstance(v, bool) or type(v).__name__ == "bool_" or (
-            isinstance(v, torch.Tensor) and v.numel() == 1 and v.dtype == torch.bool):
+    if (
+        isinstance(v, bool)
+        or type(v).__name__ == "bool_"
+        or (isinstance(v, torch.Tensor) and v.numel() == 1 and v.dtype == torch.bool)
+    ):
         return bool(v)
     return None
 
@@ -284,8 +347,11 @@ def _trial_1_3(is_shift_invariant) -> None:
             raise Wrong(f"return True or False, got {type(got).__name__} for f = {desc}")
         if b != truth:
             verdict = "is" if truth else "is not"
-            hint = (" (compare with torch.allclose, not == or torch.equal: f(x + c) and f(x) can differ in the last "
-                    "bits)" if truth else "")
+            hint = (
+                " (compare with torch.allclose, not == or torch.equal: f(x + c) and f(x) can differ in the last bits)"
+                if truth
+                else ""
+            )
             raise Wrong(f"you said f = {desc} {'is' if b else 'is not'} shift-invariant, but it {verdict}{hint}")
 
 

@@ -11,7 +11,16 @@ import pandas as pd
 import torch
 
 from . import data, plots
-from .exercises import Wrong, call_attempt, check, fmt_pair, guarded, guards_intact, launch_learner_kernel, require_kernel
+from .exercises import (
+    Wrong,
+    call_attempt,
+    check,
+    fmt_pair,
+    guarded,
+    guards_intact,
+    launch_learner_kernel,
+    require_kernel,
+)
 from .kernels import softmax_fused, softmax_online, softmax_three_pass
 from .measure import DTYPES, measure_shape, require_gpu
 from .reference import round_up_err
@@ -28,21 +37,40 @@ def online_trace(x, block_size: int, rescale: bool = True) -> pd.DataFrame:
     max before and after, the rescale factor and the running sum (nothing to rescale or add while all seen
     is -inf, as in the kernel); ``rescale=False`` shows what goes wrong without the factor."""
     x = torch.as_tensor(x).detach().cpu().to(torch.float64)
-    if x.dim() != 1 or x.numel() == 0 or isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-        raise ValueError(f"online_trace: x must be a non-empty 1-D tensor (got shape {tuple(x.shape)}) and block_size "
-                         f"a positive int (got {block_size!r}).")
+    if (
+        x.dim() != 1
+        or x.numel() == 0
+        or isinstance(block_size, bool)
+        or not isinstance(block_size, int)
+        or block_size < 1
+    ):
+        raise ValueError(
+            f"online_trace: x must be a non-empty 1-D tensor (got shape {tuple(x.shape)}) and block_size "
+            f"a positive int (got {block_size!r})."
+        )
     m, d, steps = NEG_INF, 0.0, []
     for start in range(0, x.numel(), block_size):
-        block = x[start:start + block_size]
+        block = x[start : start + block_size]
         m_new = max(m, float(block.max()))
         if m_new == NEG_INF:
             alpha, block_sum = 1.0, 0.0
         else:
             alpha = math.exp(m - m_new) if rescale else 1.0
             block_sum = float(torch.exp(block - m_new).sum())
-        steps.append({"block": len(steps) + 1, "values": block.tolist(), "block_max": float(block.max()),
-                      "m_old": m, "m_new": m_new, "alpha": alpha, "d_old": d, "d_rescaled": d * alpha,
-                      "block_sum": block_sum, "d_new": d * alpha + block_sum})
+        steps.append(
+            {
+                "block": len(steps) + 1,
+                "values": block.tolist(),
+                "block_max": float(block.max()),
+                "m_old": m,
+                "m_new": m_new,
+                "alpha": alpha,
+                "d_old": d,
+                "d_rescaled": d * alpha,
+                "block_sum": block_sum,
+                "d_new": d * alpha + block_sum,
+            }
+        )
         m, d = m_new, d * alpha + block_sum
     return pd.DataFrame(steps).set_index("block")
 
@@ -58,14 +86,26 @@ def plot_trace(trace: pd.DataFrame | None = None):
     for i, s in enumerate(steps):
         n = len(s["values"])
         xs = list(range(pos, pos + n))
-        ax1.bar(xs, [v if v != NEG_INF else 0.0 for v in s["values"]], color=palette[i % len(palette)],
-                edgecolor="#555555", lw=0.5, label=f"block {s['block']}")
+        ax1.bar(
+            xs,
+            [v if v != NEG_INF else 0.0 for v in s["values"]],
+            color=palette[i % len(palette)],
+            edgecolor="#555555",
+            lw=0.5,
+            label=f"block {s['block']}",
+        )
         k = max(range(n), key=lambda j: s["values"][j])
         ax1.plot([xs[k]], [s["values"][k]], "v", color="#333333", ms=6)
         run_x += [pos - 0.5, pos + n - 0.5]
         run_m += [s["m_new"], s["m_new"]]
-        ax1.text(pos + n / 2 - 0.5, s["m_new"] + 0.35, f"m = {s['m_new']:g}", ha="center", fontsize=9,
-                 color=plots.COLORS["online"])
+        ax1.text(
+            pos + n / 2 - 0.5,
+            s["m_new"] + 0.35,
+            f"m = {s['m_new']:g}",
+            ha="center",
+            fontsize=9,
+            color=plots.COLORS["online"],
+        )
         if i:
             ax1.axvline(pos - 0.5, color="#aaaaaa", lw=0.8, ls=":")
         pos += n
@@ -76,9 +116,16 @@ def plot_trace(trace: pd.DataFrame | None = None):
     ax1.set_ylim(min(0, min(finite)) - 0.5, max(s["m_new"] for s in steps) + 2.4)
     ax1.set_title("The running max after each block", fontsize=10)
     ax1.legend(frameon=False, fontsize=8, loc="upper left", ncols=3, columnspacing=1.0, handlelength=1.5)
-    plots.rescale_bars(ax2, list(range(len(steps))), [s["d_old"] for s in steps], [s["alpha"] for s in steps],
-                       [s["block_sum"] for s in steps], [s["m_old"] == NEG_INF for s in steps], "d",
-                       ticks=[f"block {s['block']}\nmax {s['block_max']:g}" for s in steps])
+    plots.rescale_bars(
+        ax2,
+        list(range(len(steps))),
+        [s["d_old"] for s in steps],
+        [s["alpha"] for s in steps],
+        [s["block_sum"] for s in steps],
+        [s["m_old"] == NEG_INF for s in steps],
+        "d",
+        ticks=[f"block {s['block']}\nmax {s['block_max']:g}" for s in steps],
+    )
     ax2.set(ylabel="running sum d = Σ exp(x − m)")
     ax2.set_title("The running sum: rescale, then add", fontsize=10)
     ax2.legend(frameon=False, fontsize=8, loc="upper left")
@@ -94,8 +141,12 @@ def rows_grow_rows(dtype_name: str = "float32", total_bytes: int = 2**28) -> lis
     chip, at a fixed total size (GPU only; ``helpers.measure`` columns, the copy included)."""
     require_gpu("rows_grow_rows")
     dtype = DTYPES[dtype_name]
-    provs = {"torch_softmax": lambda x: torch.softmax(x, dim=-1), "fused": softmax_fused,
-             "three_pass": softmax_three_pass, "online": softmax_online}
+    provs = {
+        "torch_softmax": lambda x: torch.softmax(x, dim=-1),
+        "fused": softmax_fused,
+        "three_pass": softmax_three_pass,
+        "online": softmax_online,
+    }
     rows = []
     for N in (2**k for k in range(10, 21)):
         rows += measure_shape(max(1, total_bytes // (N * dtype.itemsize)), N, dtype, provs, quick=True, host=False)
@@ -111,15 +162,24 @@ def plot_rows_grow(grow: pd.DataFrame | None = None, dtype: str = "float32"):
     ns = sorted(d["N"].unique())
     fig, ax = plots.new_figure(8.0, 4.0)
     ax.axhline(1.0, color=plots.COLORS["copy"], ls="--", lw=1.2, label="y.copy_(x)")
-    for frac, k, txt in ((2 / 3, "online", "online's traffic bound: 2MN / 3MN"),
-                         (1 / 2, "three_pass", "three-pass bound: 2MN / 4MN")):
+    for frac, k, txt in (
+        (2 / 3, "online", "online's traffic bound: 2MN / 3MN"),
+        (1 / 2, "three_pass", "three-pass bound: 2MN / 4MN"),
+    ):
         ax.axhline(frac, color=plots.COLORS[k], ls=":", lw=1.2)
         ax.text(ns[0], frac + 0.015, txt, fontsize=8, color=plots.COLORS[k])
     for p in ROWS_GROW_PROVIDERS[1:]:
         if p in table:
             s = table[p].dropna()
-            ax.plot(s.index, s.values, "o-", color=plots.COLORS.get(p, "#777777"), ms=4,
-                    lw=2.2 if p in ("online", "fused") else 1.5, label=plots.label(p))
+            ax.plot(
+                s.index,
+                s.values,
+                "o-",
+                color=plots.COLORS.get(p, "#777777"),
+                ms=4,
+                lw=2.2 if p in ("online", "fused") else 1.5,
+                label=plots.label(p),
+            )
     refused = sorted(d.loc[(d["provider"] == "fused") & d["graph_frac"].isna(), "N"])
     if refused:
         ax.axvspan(refused[0] / 1.4, ns[-1] * 1.3, color="#f0f0f0", zorder=0)
@@ -138,32 +198,54 @@ FIGURES = {"04_online_trace": plot_trace, "04_rows_grow": plot_rows_grow}  # by 
 # NaN after every row: a read past a row's end puts NaN in the output, a write there breaks guards_intact.
 UNSTORED = -1.0  # the output's fill: a softmax is never negative
 
-H_STRIDES = ("row 0 is right but the rows after it are not: x's rows are in_row_stride elements apart and out's "
-             "rows out_row_stride apart (here the two differ, and neither is n_cols): row r of x starts at "
-             "in_ptr + r * in_row_stride, row r of out at out_ptr + r * out_row_stride")
-H_FACTOR = ("rescale the old sum by exp(m - m_new), which is at most 1 (and 0 on the first block, where m = -inf), "
-            "not by exp(m_new - m), which overflows (0 * inf is NaN)")
-H_SHIFT = ("pass 2 writes exp(x - m) / d, so d must be the sum of exp(x - m) over the row, with m its maximum: "
-           "take each block's terms as exp(x - m_new), relative to the new running max")
-H_RESCALE = ("when the maximum grows, the sum so far is relative to the old m: multiply the old sum d by "
-             "exp(m_old - m_new) (computed before m is updated) before adding the block's sum, rather than "
-             "rescaling the block's new terms or nothing")
-H_OVERFLOW = ("exp overflowed when the maximum jumped by 100: take the block's terms relative to the new maximum, "
-              "exp(x - m_new), which is at most 1, not relative to the old m")
-H_BLOCK_MAX = ("the blocks after the first have maxima far below the running max: take each block's terms "
-               "relative to the running max m_new, not to the block's own maximum")
-H_MASK = ("the last block runs past the row's end, where this input holds NaN: load with mask=offs < n_cols "
-          "and other=-float(\"inf\"), so the padding lanes add nothing")
-H_OTHER = ("the padding lanes of the last block must load -inf (other=-float(\"inf\")): a 0 there enters the "
-           "max and the sum of rows whose values are all negative")
-H_NEG_INF = ("while every value seen is -inf, m_new is -inf too and exp(m - m_new) and exp(x - m_new) are "
-             "exp(-inf - -inf) = NaN: nothing has been seen yet, so the rescale factor must be 1 and the block "
-             "must add 0 (tl.where)")
-H_ALL_INF = ("a row of only -inf has no softmax; torch.softmax gives NaN there and so must your kernel (with "
-             "m = -inf and d = 0 at the end, exp(x - m) / d is NaN by itself: do not replace it with made-up values)")
+H_STRIDES = (
+    "row 0 is right but the rows after it are not: x's rows are in_row_stride elements apart and out's "
+    "rows out_row_stride apart (here the two differ, and neither is n_cols): row r of x starts at "
+    "in_ptr + r * in_row_stride, row r of out at out_ptr + r * out_row_stride"
+)
+H_FACTOR = (
+    "rescale the old sum by exp(m - m_new), which is at most 1 (and 0 on the first block, where m = -inf), "
+    "not by exp(m_new - m), which overflows (0 * inf is NaN)"
+)
+H_SHIFT = (
+    "pass 2 writes exp(x - m) / d, so d must be the sum of exp(x - m) over the row, with m its maximum: "
+    "take each block's terms as exp(x - m_new), relative to the new running max"
+)
+H_RESCALE = (
+    "when the maximum grows, the sum so far is relative to the old m: multiply the old sum d by "
+    "exp(m_old - m_new) (computed before m is updated) before adding the block's sum, rather than "
+    "rescaling the block's new terms or nothing"
+)
+H_OVERFLOW = (
+    "exp overflowed when the maximum jumped by 100: take the block's terms relative to the new maximum, "
+    "exp(x - m_new), which is at most 1, not relative to the old m"
+)
+H_BLOCK_MAX = (
+    "the blocks after the first have maxima far below the running max: take each block's terms "
+    "relative to the running max m_new, not to the block's own maximum"
+)
+H_MASK = (
+    "the last block runs past the row's end, where this input holds NaN: load with mask=offs < n_cols "
+    'and other=-float("inf"), so the padding lanes add nothing'
+)
+H_OTHER = (
+    'the padding lanes of the last block must load -inf (other=-float("inf")): a 0 there enters the '
+    "max and the sum of rows whose values are all negative"
+)
+H_NEG_INF = (
+    "while every value seen is -inf, m_new is -inf too and exp(m - m_new) and exp(x - m_new) are "
+    "exp(-inf - -inf) = NaN: nothing has been seen yet, so the rescale factor must be 1 and the block "
+    "must add 0 (tl.where)"
+)
+H_ALL_INF = (
+    "a row of only -inf has no softmax; torch.softmax gives NaN there and so must your kernel (with "
+    "m = -inf and d = 0 at the end, exp(x - m) / d is NaN by itself: do not replace it with made-up values)"
+)
 H_COL = "x[row, j] is at row_start + j * in_col_stride: use the column stride in every load"
-H_STORE = ("your kernel wrote past the end of its output rows (into the padding after each row): does tl.store "
-           "have mask=offs < n_cols?")
+H_STORE = (
+    "your kernel wrote past the end of its output rows (into the padding after each row): does tl.store "
+    "have mask=offs < n_cols?"
+)
 H_EXP = "every exponent must be x - m_new, at most 0, so that nothing overflows"
 
 
@@ -173,30 +255,104 @@ def online_kernel_cases(seed: int = 41) -> list[dict]:
     g = torch.Generator().manual_seed(seed)
     rnd = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
     cases = []
-    cases.append(dict(name="rows of one block, x and out with different row strides", x=rnd(4, 16) * 2, block=16,
-                      in_rs=24, out_rs=20, hint=H_SHIFT, nan_hint=H_FACTOR, inf_hint=H_RESCALE, rows_hint=H_STRIDES))
+    cases.append(
+        dict(
+            name="rows of one block, x and out with different row strides",
+            x=rnd(4, 16) * 2,
+            block=16,
+            in_rs=24,
+            out_rs=20,
+            hint=H_SHIFT,
+            nan_hint=H_FACTOR,
+            inf_hint=H_RESCALE,
+            rows_hint=H_STRIDES,
+        )
+    )
     x = rnd(3, 64) + torch.tensor([0.0, 3.0, 6.0, 100.0]).repeat_interleave(16)
-    cases.append(dict(name="a maximum that grows from block to block, by 100 in the last", x=x, block=16,
-                      in_rs=72, out_rs=68, hint=H_RESCALE, nan_hint=H_OVERFLOW, inf_hint=H_OVERFLOW, zero_hint=H_OVERFLOW))
+    cases.append(
+        dict(
+            name="a maximum that grows from block to block, by 100 in the last",
+            x=x,
+            block=16,
+            in_rs=72,
+            out_rs=68,
+            hint=H_RESCALE,
+            nan_hint=H_OVERFLOW,
+            inf_hint=H_OVERFLOW,
+            zero_hint=H_OVERFLOW,
+        )
+    )
     x = rnd(3, 64).index_fill_(1, torch.tensor([3]), 30.0)
     cases.append(dict(name="the maximum (30) in the first block", x=x, block=16, in_rs=72, out_rs=68, hint=H_BLOCK_MAX))
-    cases.append(dict(name="rows of 70 values near -100 in blocks of 16 (the last block partial)",
-                      x=rnd(3, 70) - 100.0, block=16, in_rs=80, out_rs=84, hint=H_OTHER, nan_hint=H_MASK))
-    cases.append(dict(name="rows near +1000 and -1000 (only the running max keeps exp in range)",
-                      x=rnd(2, 40) * 3 + torch.tensor([[1000.0], [-1000.0]]), block=16, in_rs=48, out_rs=52, hint=H_EXP))
+    cases.append(
+        dict(
+            name="rows of 70 values near -100 in blocks of 16 (the last block partial)",
+            x=rnd(3, 70) - 100.0,
+            block=16,
+            in_rs=80,
+            out_rs=84,
+            hint=H_OTHER,
+            nan_hint=H_MASK,
+        )
+    )
+    cases.append(
+        dict(
+            name="rows near +1000 and -1000 (only the running max keeps exp in range)",
+            x=rnd(2, 40) * 3 + torch.tensor([[1000.0], [-1000.0]]),
+            block=16,
+            in_rs=48,
+            out_rs=52,
+            hint=H_EXP,
+        )
+    )
     x = rnd(2, 70)
     x[0, 66], x[1, 40] = 200.0, 90.0
-    cases.append(dict(name="a late maximum of 200 (exp(200) overflows float32)", x=x, block=16, in_rs=88, out_rs=84,
-                      hint=H_RESCALE, nan_hint=H_OVERFLOW))
+    cases.append(
+        dict(
+            name="a late maximum of 200 (exp(200) overflows float32)",
+            x=x,
+            block=16,
+            in_rs=88,
+            out_rs=84,
+            hint=H_RESCALE,
+            nan_hint=H_OVERFLOW,
+        )
+    )
     x = rnd(2, 70).index_fill_(1, torch.arange(37), NEG_INF)
-    cases.append(dict(name="rows whose first 37 columns (two whole blocks) are -inf", x=x, block=16, in_rs=80,
-                      out_rs=84, hint=H_NEG_INF, nan_hint=H_NEG_INF))
+    cases.append(
+        dict(
+            name="rows whose first 37 columns (two whole blocks) are -inf",
+            x=x,
+            block=16,
+            in_rs=80,
+            out_rs=84,
+            hint=H_NEG_INF,
+            nan_hint=H_NEG_INF,
+        )
+    )
     x = rnd(3, 50).index_fill_(0, torch.tensor([1]), NEG_INF)
-    cases.append(dict(name="a row of only -inf between two ordinary rows (torch.softmax gives NaN)", x=x, block=16,
-                      in_rs=64, out_rs=68, hint=H_ALL_INF))
+    cases.append(
+        dict(
+            name="a row of only -inf between two ordinary rows (torch.softmax gives NaN)",
+            x=x,
+            block=16,
+            in_rs=64,
+            out_rs=68,
+            hint=H_ALL_INF,
+        )
+    )
     cases.append(dict(name="values spread over +-1e4", x=rnd(2, 64) * 1e4, block=16, in_rs=72, out_rs=80, hint=H_EXP))
-    cases.append(dict(name="a column stride of 3 (a strided view of a wider tensor)", x=rnd(3, 50) * 3, block=16,
-                      in_rs=200, out_rs=68, col=3, hint=H_COL))
+    cases.append(
+        dict(
+            name="a column stride of 3 (a strided view of a wider tensor)",
+            x=rnd(3, 50) * 3,
+            block=16,
+            in_rs=200,
+            out_rs=68,
+            col=3,
+            hint=H_COL,
+        )
+    )
     return cases
 
 
@@ -211,13 +367,16 @@ def _run_case(kernel, case: dict) -> float:
     x.copy_(data_x.to(x.device))
     before = wide.clone()
     out = guarded((M, N), row_stride=case["out_rs"], fill=UNSTORED)
-    launch_learner_kernel(kernel, (M,), out, x, x.stride(0), x.stride(1), out.stride(0), N,
-                          BLOCK_SIZE=block, outputs=(), where=what)
+    launch_learner_kernel(
+        kernel, (M,), out, x, x.stride(0), x.stride(1), out.stride(0), N, BLOCK_SIZE=block, outputs=(), where=what
+    )
     if not (torch.equal(wide.nan_to_num(), before.nan_to_num()) and guards_intact(wide)):
         raise Wrong("your kernel changed its input: store into out_ptr only")
     got, ref = out.detach().cpu().double(), torch.softmax(data_x.double(), dim=-1)
     if (got == UNSTORED).all():
-        raise Wrong(f"{what} nothing was stored in out: does pass 2 run, with out_start = out_ptr + row * out_row_stride?")
+        raise Wrong(
+            f"{what} nothing was stored in out: does pass 2 run, with out_start = out_ptr + row * out_row_stride?"
+        )
     nan_got, nan_ref = torch.isnan(got), torch.isnan(ref)
     rows_ok = (((got - ref).abs() <= 1e-6) | (nan_got & nan_ref)).all(dim=1)
     if "rows_hint" in case and rows_ok[0] and not rows_ok.all():
@@ -292,8 +451,10 @@ def merge_answer(m1: float, d1: float, m2: float, d2: float) -> tuple[float, flo
 
 H_MERGE_EMPTY = "an empty part has m = -inf and d = 0: exp(-inf - -inf) is NaN, so handle it"
 H_MERGE_MAX = "the merged m is the larger of the two maxima"
-H_MERGE_ADD = ("the two sums are relative to different maxima: rescale each d from its own max to the merged one, "
-               "d_i * exp(m_i - m), before adding them")
+H_MERGE_ADD = (
+    "the two sums are relative to different maxima: rescale each d from its own max to the merged one, "
+    "d_i * exp(m_i - m), before adding them"
+)
 H_MERGE_FACTOR = "the factor that moves d_i to the merged max is exp(m_i - m), at most 1, not exp(m - m_i)"
 H_MERGE_DEFINITION = "the merged d is the sum of exp(x - m) over both parts, relative to the merged max m"
 
@@ -313,8 +474,16 @@ def _merge_hint(case, m: float, d: float) -> str:
     return H_MERGE_DEFINITION
 
 
-MERGE_CASES = [(3.0, 1.5, 5.0, 2.0), (5.0, 2.0, 3.0, 1.5), (1.0, 2.0, 1.0, 3.0), (-2.0, 1.25, 0.5, 1.0),
-               (NEG_INF, 0.0, 2.0, 1.0), (2.0, 1.0, NEG_INF, 0.0), (NEG_INF, 0.0, NEG_INF, 0.0), (700.0, 1.0, -700.0, 1.0)]
+MERGE_CASES = [
+    (3.0, 1.5, 5.0, 2.0),
+    (5.0, 2.0, 3.0, 1.5),
+    (1.0, 2.0, 1.0, 3.0),
+    (-2.0, 1.25, 0.5, 1.0),
+    (NEG_INF, 0.0, 2.0, 1.0),
+    (2.0, 1.0, NEG_INF, 0.0),
+    (NEG_INF, 0.0, NEG_INF, 0.0),
+    (700.0, 1.0, -700.0, 1.0),
+]
 
 
 def _trial_4_2(merge) -> str:
@@ -341,10 +510,17 @@ def _trial_4_3(stash_traffic) -> str:
         # the stash variant: pass 1 reads x, writes exp(x - m_block) to out; pass 2 reads it, rescales, writes it
         (r, w), (wr, ww) = got, (2 * M * N, 2 * M * N)
         if (r, w) != (wr, ww):
-            hint = [h for bad, h in ((r != wr, "reads: pass 1 reads x, and pass 2 reads back what pass 1 wrote"),
-                                     (w != ww, "writes: pass 1 writes the exponentials, and pass 2 writes the result "
-                                               "over them")) if bad]
-            raise Wrong(f"for M = {M}, N = {N} (MN = {M * N}) you gave (reads, writes) = ({r}, {w}); " + "; ".join(hint))
+            hint = [
+                h
+                for bad, h in (
+                    (r != wr, "reads: pass 1 reads x, and pass 2 reads back what pass 1 wrote"),
+                    (w != ww, "writes: pass 1 writes the exponentials, and pass 2 writes the result over them"),
+                )
+                if bad
+            ]
+            raise Wrong(
+                f"for M = {M}, N = {N} (MN = {M * N}) you gave (reads, writes) = ({r}, {w}); " + "; ".join(hint)
+            )
     return "4MN in all: more than the online kernel's 3MN, so re-reading x beats stashing"
 
 

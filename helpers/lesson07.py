@@ -52,23 +52,48 @@ def plot_attention_trace(steps: list[dict], V: torch.Tensor):
     with block, keys (first, last), scores, m_old, m_new, alpha, p, l_old and out (o / l)."""
     V = V.detach().cpu().to(torch.float64)
     fig, (ax1, ax2, ax3) = plots.new_figure(13.0, 4.0, ncols=3)
-    palette, xs_run, m_run, online = ["#9ecae1", "#fdae6b", "#a1d99b", "#bcbddc", "#fc9272"], [], [], plots.COLORS["online"]
+    palette, xs_run, m_run, online = (
+        ["#9ecae1", "#fdae6b", "#a1d99b", "#bcbddc", "#fc9272"],
+        [],
+        [],
+        plots.COLORS["online"],
+    )
     for st in steps:
         (a, b), m = st["keys"], st["m_new"]
-        ax1.bar(range(a, b + 1), st["scores"], color=palette[st["block"] % 5], edgecolor="#555555", lw=0.5,
-                label=f"block {st['block'] + 1}")
+        ax1.bar(
+            range(a, b + 1),
+            st["scores"],
+            color=palette[st["block"] % 5],
+            edgecolor="#555555",
+            lw=0.5,
+            label=f"block {st['block'] + 1}",
+        )
         xs_run, m_run = xs_run + [a - 0.5, b + 0.5], m_run + [m, m]
         ax1.text((a + b) / 2, m + 0.3, f"m = {m:g}", ha="center", fontsize=9, color=online)
     ax1.plot(xs_run, m_run, "-", color=online, lw=2, label="running max m")
-    ax1.set(xlabel="key j", ylabel="score s_j = q . k_j", ylim=(0, max(m_run) + 1.8), title="Scores by block, and the running max")
+    ax1.set(
+        xlabel="key j",
+        ylabel="score s_j = q . k_j",
+        ylim=(0, max(m_run) + 1.8),
+        title="Scores by block, and the running max",
+    )
     ax1.legend(frameon=False, fontsize=8, loc="upper left", ncols=2)
 
     idx = [st["block"] for st in steps]
-    plots.rescale_bars(ax2, idx, [st["l_old"] for st in steps], [st["alpha"] for st in steps],
-                       [float(st["p"].sum()) for st in steps], [st["m_old"] == NEG_INF for st in steps], "l", "x",
-                       ticks=[f"block {i + 1}\nm = {st['m_new']:g}" for i, st in zip(idx, steps)],
-                       rescaled_label="l x alpha (o x alpha too)", added_label="+ this block's sum of e^(s - m)",
-                       headroom=1.35)
+    plots.rescale_bars(
+        ax2,
+        idx,
+        [st["l_old"] for st in steps],
+        [st["alpha"] for st in steps],
+        [float(st["p"].sum()) for st in steps],
+        [st["m_old"] == NEG_INF for st in steps],
+        "l",
+        "x",
+        ticks=[f"block {i + 1}\nm = {st['m_new']:g}" for i, st in zip(idx, steps)],
+        rescaled_label="l x alpha (o x alpha too)",
+        added_label="+ this block's sum of e^(s - m)",
+        headroom=1.35,
+    )
     ax2.set_ylabel("running sum l")
     ax2.set_title("l (and o): rescale, then add the block", fontsize=10)
     ax2.legend(frameon=False, fontsize=8, loc="upper left")
@@ -81,9 +106,20 @@ def plot_attention_trace(steps: list[dict], V: torch.Tensor):
     offsets = [(8, 6), (-30, -22), (10, -16)]
     for st, p in zip(steps, pts):
         last = st is steps[-1]
-        ax3.plot(*p, "*" if last else "o", ms=14 if last else 7, color="#000000" if last else plots.COLORS["online"], zorder=4)
-        ax3.annotate(f"after block {st['block'] + 1}", p, textcoords="offset points", fontsize=8.5,
-                     xytext=offsets[st["block"]] if st["block"] < len(offsets) else (8, -12))
+        ax3.plot(
+            *p,
+            "*" if last else "o",
+            ms=14 if last else 7,
+            color="#000000" if last else plots.COLORS["online"],
+            zorder=4,
+        )
+        ax3.annotate(
+            f"after block {st['block'] + 1}",
+            p,
+            textcoords="offset points",
+            fontsize=8.5,
+            xytext=offsets[st["block"]] if st["block"] < len(offsets) else (8, -12),
+        )
     ax3.set(xlabel="output, component 1", ylabel="output, component 2")
     ax3.set_title("o / l: attention over the keys seen so far", fontsize=10)
     ax3.set_aspect("equal", adjustable="datalim")
@@ -116,15 +152,26 @@ def plot_tiles(cases=((300, 400, 128, 64, False), (512, 512, 128, 64, True))):
     for ax, (sq, sk, bm, bn, causal) in zip(axes, cases):
         for i, row in enumerate(tile_kinds(sq, sk, bm, bn, causal)):
             for j, kind in enumerate(row):
-                ax.add_patch(plots.plt.Rectangle((j * bn, i * bm), min(bn, sk - j * bn), min(bm, sq - i * bm),
-                                                 facecolor=colors[kind], edgecolor="#555555", lw=0.8))
+                ax.add_patch(
+                    plots.plt.Rectangle(
+                        (j * bn, i * bm),
+                        min(bn, sk - j * bn),
+                        min(bm, sq - i * bm),
+                        facecolor=colors[kind],
+                        edgecolor="#555555",
+                        lw=0.8,
+                    )
+                )
         if causal:
             ax.plot([0, min(sq, sk)], [0, min(sq, sk)], color="#d62728", lw=1.2)
         ax.set(xlim=(0, sk), ylim=(sq, 0), aspect="equal", xlabel="keys", ylabel="queries")
         ax.grid(False)
         c = tile_counts(sq, sk, bm, bn, causal)
-        ax.set_title(f"Sq = {sq}, Sk = {sk}, blocks {bm} x {bn}{', causal' if causal else ''}\n"
-                     f"{c[FULL]} without mask, {c[MASKED]} masked, {c[SKIPPED]} skipped", fontsize=9.5)
+        ax.set_title(
+            f"Sq = {sq}, Sk = {sk}, blocks {bm} x {bn}{', causal' if causal else ''}\n"
+            f"{c[FULL]} without mask, {c[MASKED]} masked, {c[SKIPPED]} skipped",
+            fontsize=9.5,
+        )
     handles = [plots.plt.Rectangle((0, 0), 1, 1, facecolor=col, edgecolor="#555555") for col in colors.values()]
     handles.append(plots.plt.Line2D([0], [0], color="#d62728", lw=1.2))
     labels = [f"computed, {k}" if k != SKIPPED else k for k in colors] + ["diagonal (key = query)"]
@@ -133,8 +180,16 @@ def plot_tiles(cases=((300, 400, 128, 64, False), (512, 512, 128, 64, True))):
 
 
 #: One color per provider of the attention sweep, the same in the lesson and its deep dive.
-SWEEP_COLORS = {"course": "#000000", "course_pointer": "#7f7f7f", "tutorial": "#e6ab02", "sdpa": "#1f77b4",
-                "sdpa_cudnn": "#9467bd", "sdpa_flash": "#17becf", "sdpa_efficient": "#8c564b", "naive": "#d62728"}
+SWEEP_COLORS = {
+    "course": "#000000",
+    "course_pointer": "#7f7f7f",
+    "tutorial": "#e6ab02",
+    "sdpa": "#1f77b4",
+    "sdpa_cudnn": "#9467bd",
+    "sdpa_flash": "#17becf",
+    "sdpa_efficient": "#8c564b",
+    "naive": "#d62728",
+}
 
 
 def plot_sweep(tf, providers, failed=()):
@@ -150,7 +205,12 @@ def plot_sweep(tf, providers, failed=()):
         for d, c, S, p in failed:
             if (d, c) == (D, causal) and p in providers:
                 ax.plot(S, 0, "x", ms=9, mew=2, color=SWEEP_COLORS.get(p, "#7f7f7f"), clip_on=False, zorder=5)
-        ax.set(ylim=(0, None), xlabel="S", ylabel="TFLOP/s (GPU time)", title=f"D = {D}, {'causal' if causal else 'not causal'}")
+        ax.set(
+            ylim=(0, None),
+            xlabel="S",
+            ylabel="TFLOP/s (GPU time)",
+            title=f"D = {D}, {'causal' if causal else 'not causal'}",
+        )
         ax.set_xscale("log", base=2)
     handles, labels = axes.flat[0].get_legend_handles_labels()
     if any(p in providers for *_, p in failed):
@@ -195,13 +255,27 @@ def attention_rows(rounds: int = 3, seqs=(1024, 4096), dims=(64, 128), B: int = 
         timed, flops = measure.interleaved(fns, rounds), 4 * B * H * S * S * D / (2 if causal else 1)
         for p in impl:
             ms, spread = timed.get(p, (math.nan, math.nan))
-            rows.append(dict(dtype="float16", B=B, H=H, S=S, D=D, causal=int(causal), provider=p, graph_ms=ms,
-                             graph_tflops=flops / ms / 1e9, graph_spread=spread, peak_mib=mib.get(p, math.nan),
-                             status=status[p]))
+            rows.append(
+                dict(
+                    dtype="float16",
+                    B=B,
+                    H=H,
+                    S=S,
+                    D=D,
+                    causal=int(causal),
+                    provider=p,
+                    graph_ms=ms,
+                    graph_tflops=flops / ms / 1e9,
+                    graph_spread=spread,
+                    peak_mib=mib.get(p, math.nan),
+                    status=status[p],
+                )
+            )
     return rows
 
 
 # --- Exercise 7.1: causal attention in PyTorch ---
+
 
 def _naive64(q, k, v, scale, mask=None, *, mask_after_softmax=False, scale_after=False):
     """Variants of materialised attention in float64, for recognising the usual mistakes."""
@@ -214,10 +288,15 @@ def _naive64(q, k, v, scale, mask=None, *, mask_after_softmax=False, scale_after
 
 def _cases_7_1():
     g, f = torch.Generator().manual_seed(71), torch.float64
-    cases = [tuple(torch.randn(*lead, S, d, generator=g, dtype=f) for _ in range(3))
-             for lead, S, d in (((2, 3), 6, 8), ((1,), 9, 4), ((2,), 1, 4))]
+    cases = [
+        tuple(torch.randn(*lead, S, d, generator=g, dtype=f) for _ in range(3))
+        for lead, S, d in (((2, 3), 6, 8), ((1,), 9, 4), ((2,), 1, 4))
+    ]
     q, k = torch.randn(1, 5, 4, generator=g, dtype=f), torch.randn(1, 5, 4, generator=g, dtype=f)
-    q[..., 0], k[..., 4, :] = 10.0, torch.tensor([200.0, 0.0, 0.0, 0.0], dtype=f)  # the last key: score ~ 1000 after the scale
+    q[..., 0], k[..., 4, :] = (
+        10.0,
+        torch.tensor([200.0, 0.0, 0.0, 0.0], dtype=f),
+    )  # the last key: score ~ 1000 after the scale
     return cases + [(q, k, torch.randn(1, 5, 4, generator=g, dtype=f))]  # for every query, seen by the last only
 
 
@@ -236,25 +315,44 @@ def _trial_7_1(causal_attention) -> str:
                 continue
             mask = torch.ones(S, S, dtype=torch.bool).tril()  # query i sees keys 0..i
             wrongs = [  # (what the mistake computes, its hint)
-                (_naive64(q, k, v, scale, mask, mask_after_softmax=True), "the mask is applied after the softmax, so "
-                 "each row no longer sums to 1: set the hidden scores to -inf before the softmax"),
-                (_naive64(q, k, v, scale, mask.T), "query i must see keys 0..i (the lower triangle, .tril()), not the keys after it"),
-                (_naive64(q, k, v, scale, mask.tril(-1)), "query i sees keys 0..i, itself included: .tril() (diagonal 0), not .tril(-1)"),
-                (_naive64(q, k, v, 1.0, mask), "the scores are not scaled: multiply q @ k^T by scale before the softmax"),
-                (_naive64(q, k, v, scale, mask, scale_after=True), "scale multiplies the scores before the softmax, not the "
-                 "probabilities or the output"),
-                (_naive64(q, k, v, scale), "nothing is masked: query i must not see keys after it")]
+                (
+                    _naive64(q, k, v, scale, mask, mask_after_softmax=True),
+                    "the mask is applied after the softmax, so "
+                    "each row no longer sums to 1: set the hidden scores to -inf before the softmax",
+                ),
+                (
+                    _naive64(q, k, v, scale, mask.T),
+                    "query i must see keys 0..i (the lower triangle, .tril()), not the keys after it",
+                ),
+                (
+                    _naive64(q, k, v, scale, mask.tril(-1)),
+                    "query i sees keys 0..i, itself included: .tril() (diagonal 0), not .tril(-1)",
+                ),
+                (
+                    _naive64(q, k, v, 1.0, mask),
+                    "the scores are not scaled: multiply q @ k^T by scale before the softmax",
+                ),
+                (
+                    _naive64(q, k, v, scale, mask, scale_after=True),
+                    "scale multiplies the scores before the softmax, not the probabilities or the output",
+                ),
+                (_naive64(q, k, v, scale), "nothing is masked: query i must not see keys after it"),
+            ]
             for cand, hint in wrongs:
                 if torch.allclose(g, cand, atol=1e-8, rtol=1e-8, equal_nan=True):
                     raise Wrong(hint)
             if torch.isnan(g).any() and not torch.isnan(want).any():
-                raise Wrong("your output has NaN where attention is defined. If you take the max (or the exp) over "
-                            "every key and mask afterwards, a large hidden score makes the visible ones underflow "
-                            "to 0 (and 0/0 = NaN): mask the scores with -inf before the max and the exp")
+                raise Wrong(
+                    "your output has NaN where attention is defined. If you take the max (or the exp) over "
+                    "every key and mask afterwards, a large hidden score makes the visible ones underflow "
+                    "to 0 (and 0/0 = NaN): mask the scores with -inf before the max and the exp"
+                )
         if not isinstance(got, torch.Tensor):
             raise Wrong(f"return a tensor, got {type(got).__name__}")
         if got.shape != want.shape:
-            raise Wrong(f"for q of shape {tuple(q.shape)} the output has shape {tuple(want.shape)}, yours {tuple(got.shape)}")
+            raise Wrong(
+                f"for q of shape {tuple(q.shape)} the output has shape {tuple(want.shape)}, yours {tuple(got.shape)}"
+            )
         raise Wrong(f"for q of shape {tuple(q.shape)}, {first_mismatch(got, want, 1e-8, 1e-8)}")
     return "it matches float64 SDPA with is_causal=True"
 
@@ -275,27 +373,29 @@ TOL_7_2 = 1e-4 if INTERPRETER else 1e-2
 
 HINTS_7_2 = {
     "to_the_end": "rows see keys after them: the loops run to the end of the keys. A causal program stops at "
-                  "end = min(seq, (start_m + 1) * BLOCK_M), and only the blocks left of its first row run unmasked",
+    "end = min(seq, (start_m + 1) * BLOCK_M), and only the blocks left of its first row run unmasked",
     "one_block_early": "the diagonal block is never visited: rows miss the keys from their own block on (the first "
-                       "rows see no key at all, 0/0 = NaN); end must pass the block's last row, (start_m + 1) * BLOCK_M",
+    "rows see no key at all, 0/0 = NaN); end must pass the block's last row, (start_m + 1) * BLOCK_M",
     "end_from_first_row": "end is computed from the block's first row, so the rows below it miss keys up to their "
-                          "own: end = min(seq, (start_m + 1) * BLOCK_M), after the block's last row",
+    "own: end = min(seq, (start_m + 1) * BLOCK_M), after the block's last row",
     "no_diagonal_mask": "in the blocks the diagonal crosses, rows see the keys after them: keep needs the causal "
-                        "condition, cols[None, :] <= offs_m[:, None]",
+    "condition, cols[None, :] <= offs_m[:, None]",
     "strict": "every row misses its own key (row 0 sees none: 0/0 = NaN): query i sees keys j <= i: <=, not <",
     "one_block_late": "n_full is one block too far: the block holding the first row's own key runs without a mask. "
-                      "Unmasked blocks end at or before that key: n_full = (start_m * BLOCK_M + 1) // BLOCK_N * BLOCK_N",
+    "Unmasked blocks end at or before that key: n_full = (start_m * BLOCK_M + 1) // BLOCK_N * BLOCK_N",
 }
 
 #: Right outputs, wasted work: what the bounds probe recognises (a loop that ignores causality, or masks every block).
 HINT_7_2_PAST_THE_DIAGONAL = (
     "the outputs are right, but the masked loop runs past the block's last row (end = seq ignores causality): the "
     "key blocks above the diagonal are loaded and masked to nothing. A causal program stops after its last row's "
-    "own key, end = min(seq, (start_m + 1) * BLOCK_M): that skipping is what halves the work")
+    "own key, end = min(seq, (start_m + 1) * BLOCK_M): that skipping is what halves the work"
+)
 HINT_7_2_ALL_MASKED = (
     "the outputs are right, but blocks that need no mask go through the masked loop (n_full = 0 masks every block): "
     "the blocks that end at or before the first row's own key need none, n_full = (start_m * BLOCK_M + 1) // BLOCK_N "
-    "* BLOCK_N")
+    "* BLOCK_N"
+)
 
 
 def visible_keys(seq: int, bm: int, bn: int, kind: str = "right") -> list[int]:
@@ -315,7 +415,11 @@ def visible_keys(seq: int, bm: int, bn: int, kind: str = "right") -> list[int]:
             n_full = (x // bn + 1) * bn
         seen = {c for a in range(0, n_full, bn) for c in range(a, a + bn)}
         for a in range(n_full, end, bn):
-            seen |= {c for c in range(a, min(a + bn, seq)) if kind == "no_diagonal_mask" or c < i or (c == i and kind != "strict")}
+            seen |= {
+                c
+                for c in range(a, min(a + bn, seq))
+                if kind == "no_diagonal_mask" or c < i or (c == i and kind != "strict")
+            }
         out.append(0 if not seen or max(seen) >= seq else len(seen) if seen == set(range(len(seen))) else -1)
     return out
 
@@ -339,17 +443,32 @@ def _run_7_2(kernel, case, probe: bool):
         v[..., 0], v[..., 1], v[..., 2] = 1.0, j, j * j
     bufs = [_buffer(t) for t in (q, k, v)]
     out, stride = _buffer(torch.empty(heads, seq, d, device="meta"))
-    launch_learner_kernel(kernel, (-(-seq // bm), heads), out, *(b for b, _ in bufs), seq, stride,
-                          LOG2E / math.sqrt(d), where=f"on heads={heads}, seq={seq}, blocks {bm} x {bn}:",
-                          outputs=[out], HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn)
+    launch_learner_kernel(
+        kernel,
+        (-(-seq // bm), heads),
+        out,
+        *(b for b, _ in bufs),
+        seq,
+        stride,
+        LOG2E / math.sqrt(d),
+        where=f"on heads={heads}, seq={seq}, blocks {bm} x {bn}:",
+        outputs=[out],
+        HEAD_DIM=d,
+        BLOCK_M=bm,
+        BLOCK_N=bn,
+    )
     return out.cpu().double().reshape(heads, seq, d), q, k, v
 
 
 def _seen(out) -> list[int]:
     """Per row of head 0 of a probe's output: the number of keys seen (as visible_keys counts them)."""
     n = [0 if torch.isnan(o[:3]).any() else round(2 * o[1].item() + 1) for o in out[0]]  # mean of 0..n-1: (n-1)/2
-    return [c if c == 0 or (abs(o[0].item() - 1) < 1e-3 and abs(o[2].item() - (c - 1) * (2 * c - 1) / 6) < 1e-2 * c * c)
-            else -1 for c, o in zip(n, out[0])]
+    return [
+        c
+        if c == 0 or (abs(o[0].item() - 1) < 1e-3 and abs(o[2].item() - (c - 1) * (2 * c - 1) / 6) < 1e-2 * c * c)
+        else -1
+        for c, o in zip(n, out[0])
+    ]
 
 
 def _trial_7_2(kernel) -> str:
@@ -368,14 +487,20 @@ def _trial_7_2(kernel) -> str:
             if all(seen[c] == visible_keys(c[1], c[3], c[4], kind) for c in CASES_7_2):
                 raise Wrong(f"{where}: {hint}")
         if all(seen[c] == visible_keys(c[1], c[3], c[4]) for c in CASES_7_2):
-            raise Wrong(f"{where}: every row sees the right keys, yet the output differs ({first_mismatch(out, want, TOL_7_2, TOL_7_2)}): "
-                        f"is the update of m_i, l_i and acc, or the store, changed?")
+            raise Wrong(
+                f"{where}: every row sees the right keys, yet the output differs ({first_mismatch(out, want, TOL_7_2, TOL_7_2)}): "
+                f"is the update of m_i, l_i and acc, or the store, changed?"
+            )
         if torch.isnan(out).any():
             rows = [i for i in range(seq) if torch.isnan(out[:, i]).any()][:4]
-            raise Wrong(f"{where}: rows {rows} are NaN: a row that sees no key divides 0 by 0, and a load "
-                        f"past the last key reads garbage; query i sees keys 0..i")
-        raise Wrong(f"{where}: the output differs from causal attention, {first_mismatch(out, want, TOL_7_2, TOL_7_2)}: "
-                    f"query i must see keys 0..i, each once")
+            raise Wrong(
+                f"{where}: rows {rows} are NaN: a row that sees no key divides 0 by 0, and a load "
+                f"past the last key reads garbage; query i sees keys 0..i"
+            )
+        raise Wrong(
+            f"{where}: the output differs from causal attention, {first_mismatch(out, want, TOL_7_2, TOL_7_2)}: "
+            f"query i must see keys 0..i, each once"
+        )
     _check_bounds_7_2(kernel)
     return "your causal bounds and diagonal mask match float64 causal attention on three shapes with partial blocks"
 
@@ -387,9 +512,13 @@ def _bounds_probe(kernel):
         tree = ast.parse(source_of(kernel))
         fn = tree.body[0]
         at = next(i for i, st in enumerate(fn.body) if isinstance(st, ast.For))
-        fn.body = fn.body[:at] + ast.parse(
-            "tl.store(out_ptr + (head * tl.num_programs(0) + start_m) * 2, n_full)\n"
-            "tl.store(out_ptr + (head * tl.num_programs(0) + start_m) * 2 + 1, end)").body
+        fn.body = (
+            fn.body[:at]
+            + ast.parse(
+                "tl.store(out_ptr + (head * tl.num_programs(0) + start_m) * 2, n_full)\n"
+                "tl.store(out_ptr + (head * tl.num_programs(0) + start_m) * 2 + 1, end)"
+            ).body
+        )
         code = ast.unparse(tree) + "\n"
         name = f"<exercise 7.2: the bounds of {fn.name}>"
         linecache.cache[name] = (len(code), None, code.splitlines(True), name)  # where Triton reads the source
@@ -410,8 +539,21 @@ def _check_bounds_7_2(kernel) -> None:
         bounds = torch.full((heads * num_m * 2,), -1, dtype=torch.int32, device=DEVICE)
         q, k, v = (_buffer(torch.zeros(heads, seq, d))[0] for _ in range(3))
         try:
-            launch_learner_kernel(probe, (num_m, heads), bounds, q, k, v, seq, (seq + PAD_7_2) * d, 1.0,
-                                  where="", HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn)
+            launch_learner_kernel(
+                probe,
+                (num_m, heads),
+                bounds,
+                q,
+                k,
+                v,
+                seq,
+                (seq + PAD_7_2) * d,
+                1.0,
+                where="",
+                HEAD_DIM=d,
+                BLOCK_M=bm,
+                BLOCK_N=bn,
+            )
         except Exception:
             return  # the cut kernel does not run on its own (names of its own): judge by the outputs alone
         got = bounds.cpu().view(heads, num_m, 2).tolist()
@@ -432,11 +574,15 @@ def check_7_2(kernel) -> None:
 
 # --- Exercise 7.3: combine n partial results by their LSE ---
 
+
 def _parts(q, k, v, bounds):
     """Each part's (out, lse) in float64, stacked (a part with no keys: out 0, lse -inf)."""
-    parts = [reference_attention(q, k[..., a:b, :], v[..., a:b, :]) if b > a else
-             (torch.zeros(q.shape, dtype=torch.float64), torch.full(q.shape[:-1], NEG_INF, dtype=torch.float64))
-             for a, b in zip(bounds, bounds[1:])]
+    parts = [
+        reference_attention(q, k[..., a:b, :], v[..., a:b, :])
+        if b > a
+        else (torch.zeros(q.shape, dtype=torch.float64), torch.full(q.shape[:-1], NEG_INF, dtype=torch.float64))
+        for a, b in zip(bounds, bounds[1:])
+    ]
     return torch.stack([o for o, _ in parts]), torch.stack([lse for _, lse in parts])
 
 
@@ -445,9 +591,11 @@ def _cases_7_3():
     g = torch.Generator().manual_seed(72)
     cases = []
     for name, lead, sq, sk, d, bounds, shift in (
-            ("two parts", (2,), 3, 10, 4, (0, 4, 10), 0.0), ("five parts", (2, 2), 4, 23, 8, (0, 3, 9, 12, 20, 23), 0.0),
-            ("scores near 1800 (e^lse overflows)", (1,), 3, 8, 4, (0, 5, 8), 30.0),
-            ("a part with no keys (lse = -inf)", (1,), 2, 6, 4, (0, 6, 6), 0.0)):
+        ("two parts", (2,), 3, 10, 4, (0, 4, 10), 0.0),
+        ("five parts", (2, 2), 4, 23, 8, (0, 3, 9, 12, 20, 23), 0.0),
+        ("scores near 1800 (e^lse overflows)", (1,), 3, 8, 4, (0, 5, 8), 30.0),
+        ("a part with no keys (lse = -inf)", (1,), 2, 6, 4, (0, 6, 6), 0.0),
+    ):
         q, k, v = (torch.randn(*lead, n, d, generator=g, dtype=torch.float64) for n in (sq, sk, sk))
         cases.append((name, q + shift, k + shift, v, bounds))
     return cases
@@ -467,44 +615,73 @@ def _trial_7_3(combine) -> str:
         if not isinstance(o, torch.Tensor) or not isinstance(lse, torch.Tensor):
             raise Wrong("return two tensors (out, lse)")
         if o.shape != want_o.shape or lse.shape != want_lse.shape:
-            raise Wrong(f"on {name}: expected out of shape {tuple(want_o.shape)} and lse of shape "
-                        f"{tuple(want_lse.shape)}, got {tuple(o.shape)} and {tuple(lse.shape)}")
+            raise Wrong(
+                f"on {name}: expected out of shape {tuple(want_o.shape)} and lse of shape "
+                f"{tuple(want_lse.shape)}, got {tuple(o.shape)} and {tuple(lse.shape)}"
+            )
         o64, l64 = o.detach().to(torch.float64), lse.detach().to(torch.float64)
         lse_ok = torch.allclose(l64, want_lse, atol=1e-9, rtol=1e-10)
         o_ok = torch.allclose(o64, want_o, atol=1e-9, rtol=1e-9)
         if lse_ok and o_ok:
             continue
         if not lse_ok:
-            if (torch.allclose(l64, want_lse / LN2, atol=1e-9, rtol=1e-9)
-                    or torch.allclose(l64, torch.logsumexp(lse_parts * LN2, dim=0) / LN2, atol=1e-9, rtol=1e-9)):
-                raise Wrong(f"on {name}: your lse is in log2 units (log2 of the sum); the parts' lse are natural "
-                            f"logs and so must the result be: use exp and log (or multiply by ln 2)")
+            if torch.allclose(l64, want_lse / LN2, atol=1e-9, rtol=1e-9) or torch.allclose(
+                l64, torch.logsumexp(lse_parts * LN2, dim=0) / LN2, atol=1e-9, rtol=1e-9
+            ):
+                raise Wrong(
+                    f"on {name}: your lse is in log2 units (log2 of the sum); the parts' lse are natural "
+                    f"logs and so must the result be: use exp and log (or multiply by ln 2)"
+                )
             if torch.allclose(l64, lse_parts.max(dim=0).values, atol=1e-9):
-                raise Wrong(f"on {name}: your lse is the largest part's; the total is log(sum_i e^lse_i), "
-                            f"torch.logsumexp(lse_parts, dim=0)")
-            if torch.allclose(l64, lse_parts.sum(dim=0), atol=1e-9) or torch.allclose(l64, lse_parts.mean(dim=0), atol=1e-9):
+                raise Wrong(
+                    f"on {name}: your lse is the largest part's; the total is log(sum_i e^lse_i), "
+                    f"torch.logsumexp(lse_parts, dim=0)"
+                )
+            if torch.allclose(l64, lse_parts.sum(dim=0), atol=1e-9) or torch.allclose(
+                l64, lse_parts.mean(dim=0), atol=1e-9
+            ):
                 raise Wrong(f"on {name}: the sums of exponentials add, not their logs: lse = log(sum_i e^lse_i)")
             if not torch.isfinite(l64[torch.isfinite(want_lse)]).all():
-                raise Wrong(f"on {name}: your lse overflowed or is NaN: e^lse_i overflows near lse = 710 in float64; "
-                            f"subtract the largest lse first (torch.logsumexp does)")
+                raise Wrong(
+                    f"on {name}: your lse overflowed or is NaN: e^lse_i overflows near lse = 710 in float64; "
+                    f"subtract the largest lse first (torch.logsumexp does)"
+                )
             raise Wrong(f"on {name}: the lse {first_mismatch(l64, want_lse, 1e-9, 1e-10)}")
         if torch.isnan(o64).any() or torch.isinf(o64).any():
-            raise Wrong(f"on {name}: your output has inf or NaN: weight each part by e^(lse_i - lse), never by "
-                        f"e^lse_i itself (it overflows when the scores are large)")
+            raise Wrong(
+                f"on {name}: your output has inf or NaN: weight each part by e^(lse_i - lse), never by "
+                f"e^lse_i itself (it overflows when the scores are large)"
+            )
         w2 = torch.exp2(lse_parts - (torch.logsumexp(lse_parts * LN2, dim=0) / LN2)).unsqueeze(-1)
         exp2_natural = torch.exp2(lse_parts - want_lse).unsqueeze(-1)  # powers of 2 of natural-log differences
-        shifted = torch.exp(lse_parts - lse_parts.max(dim=0).values).unsqueeze(-1)  # shifted by the largest, not divided
-        for cand, hint in ((o_parts.mean(dim=0), "a plain average gives every part the same weight; part i holds a "
-                            "share e^(lse_i - lse) of the total"),
-                           ((o_parts * torch.exp(lse_parts).unsqueeze(-1)).sum(dim=0), "the weights e^lse_i must be "
-                            "divided by their sum, e^lse: use e^(lse_i - lse)"),
-                           ((o_parts * shifted).sum(dim=0), "the weights e^(lse_i - m), shifted by the largest lse m, "
-                            "are not divided by their sum: part i weighs e^(lse_i - m) / sum_j e^(lse_j - m), which is "
-                            "e^(lse_i - lse)"),
-                           ((o_parts * exp2_natural).sum(dim=0), "the weights are 2^(lse_i - lse), but lse_i and lse "
-                            "are natural logs: part i weighs e^(lse_i - lse) (torch.exp, not torch.exp2)"),
-                           ((o_parts * w2).sum(dim=0), "the weights use powers of 2; the lse are natural logs, so "
-                            "part i weighs exp(lse_i - lse)")):
+        shifted = torch.exp(lse_parts - lse_parts.max(dim=0).values).unsqueeze(
+            -1
+        )  # shifted by the largest, not divided
+        for cand, hint in (
+            (
+                o_parts.mean(dim=0),
+                "a plain average gives every part the same weight; part i holds a share e^(lse_i - lse) of the total",
+            ),
+            (
+                (o_parts * torch.exp(lse_parts).unsqueeze(-1)).sum(dim=0),
+                "the weights e^lse_i must be divided by their sum, e^lse: use e^(lse_i - lse)",
+            ),
+            (
+                (o_parts * shifted).sum(dim=0),
+                "the weights e^(lse_i - m), shifted by the largest lse m, "
+                "are not divided by their sum: part i weighs e^(lse_i - m) / sum_j e^(lse_j - m), which is "
+                "e^(lse_i - lse)",
+            ),
+            (
+                (o_parts * exp2_natural).sum(dim=0),
+                "the weights are 2^(lse_i - lse), but lse_i and lse "
+                "are natural logs: part i weighs e^(lse_i - lse) (torch.exp, not torch.exp2)",
+            ),
+            (
+                (o_parts * w2).sum(dim=0),
+                "the weights use powers of 2; the lse are natural logs, so part i weighs exp(lse_i - lse)",
+            ),
+        ):
             if torch.allclose(o64, cand, atol=1e-9, rtol=1e-9):
                 raise Wrong(f"on {name}: {hint}")
         raise Wrong(f"on {name}: the output {first_mismatch(o64, want_o, 1e-9, 1e-9)}")
@@ -514,5 +691,3 @@ def _trial_7_3(combine) -> str:
 def check_7_3(combine) -> None:
     """Exercise 7.3: ``combine(o_parts, lse_parts)`` merges n partial attention results."""
     check("7.3", "combine partial results by their LSE", combine, _trial_7_3)
-
-

@@ -12,9 +12,17 @@ import torch
 import triton
 
 from . import data, measure, plots
+from .exercises import (
+    Wrong,
+    call_attempt,
+    check,
+    guarded,
+    guards_intact,
+    is_untouched,
+    launch_learner_kernel,
+    require_kernel,
+)
 from .kernels import softmax, softmax_backward, softmax_backward_looped
-from .exercises import (Wrong, call_attempt, check, guarded, guards_intact, is_untouched, launch_learner_kernel,
-                        require_kernel)
 from .mode import DEVICE, ON_GPU
 from .reference import round_up_err
 
@@ -38,10 +46,13 @@ def backward_rows(ns=LIVE_NS, dtypes=("float32", "bfloat16"), M: int = 4096, rou
         dy, out = torch.randn(M, N, device=DEVICE, generator=g).to(y.dtype), torch.empty_like(y)
         y64, dy64 = y.double(), dy.double()
         ref = y64 * (dy64 - (y64 * dy64).sum(-1, keepdim=True))
-        fns = {"copy": lambda: out.copy_(y), "course": lambda: softmax_backward(y, dy),
-               "course_looped": lambda: softmax_backward_looped(y, dy),
-               "torch_backward": lambda: torch._softmax_backward_data(dy, y, -1, y.dtype),
-               "torch_naive_backward": lambda: y * (dy - (y * dy).sum(-1, keepdim=True))}
+        fns = {
+            "copy": lambda: out.copy_(y),
+            "course": lambda: softmax_backward(y, dy),
+            "course_looped": lambda: softmax_backward_looped(y, dy),
+            "torch_backward": lambda: torch._softmax_backward_data(dy, y, -1, y.dtype),
+            "torch_naive_backward": lambda: y * (dy - (y * dy).sum(-1, keepdim=True)),
+        }
         err = {p: (fn().double() - (y64 if p == "copy" else ref)).abs().max().item() for p, fn in fns.items()}
         tol = (1e-5 if y.dtype == torch.float32 else 3e-2) * ref.abs().max().item()
         timed = measure.interleaved({p: fn for p, fn in fns.items() if err[p] <= tol}, rounds)
@@ -50,16 +61,36 @@ def backward_rows(ns=LIVE_NS, dtypes=("float32", "bfloat16"), M: int = 4096, rou
             ms, spread = timed.get(p, (math.nan, math.nan))
             status = "ok" if p in timed else f"wrong: max abs error {err[p]:.2e}"
             frac = (1 if p == "copy" else 1.5) * copy_ms / ms
-            rows.append(dict(dtype=d, M=M, N=N, provider=p, graph_ms=ms, graph_frac=frac, graph_spread=spread,
-                             max_err=err[p], status=status))
+            rows.append(
+                dict(
+                    dtype=d,
+                    M=M,
+                    N=N,
+                    provider=p,
+                    graph_ms=ms,
+                    graph_frac=frac,
+                    graph_spread=spread,
+                    max_err=err[p],
+                    status=status,
+                )
+            )
     return rows
 
 
-LABELS = {"copy": "y.copy_(x): the yardstick (1.0)", "course": "helpers.softmax_backward (08)",
-          "liger_backward": "Liger-Kernel's backward", "torch_backward": "torch's softmax backward",
-          "torch_naive_backward": "naive PyTorch backward"}
-COLORS = {"copy": "#444444", "course": "#000000", "liger_backward": "#9467bd", "torch_backward": "#1f77b4",
-          "torch_naive_backward": "#d62728"}
+LABELS = {
+    "copy": "y.copy_(x): the yardstick (1.0)",
+    "course": "helpers.softmax_backward (08)",
+    "liger_backward": "Liger-Kernel's backward",
+    "torch_backward": "torch's softmax backward",
+    "torch_naive_backward": "naive PyTorch backward",
+}
+COLORS = {
+    "copy": "#444444",
+    "course": "#000000",
+    "liger_backward": "#9467bd",
+    "torch_backward": "#1f77b4",
+    "torch_naive_backward": "#d62728",
+}
 #: A copy below this fraction of the DRAM peak is slower than usual (the lesson's "fair" copy reaches it).
 FAIR_COPY = 0.8
 
@@ -68,8 +99,13 @@ def copy_speed(bench, props):
     """Per (dtype, N): the MB the copy moves (2MN elements), whether that fits in the L2, and its TB/s as a
     fraction of the DRAM peak, from the benchmark's DataFrame and the GPU's ``l2_bytes`` and ``dram_peak_gbps``."""
     copy = bench[bench.provider == "copy"].set_index(["dtype", "N"])
-    mb = 2 * copy.M * copy.index.get_level_values("N") * copy.index.get_level_values("dtype").map(
-        {"float32": 4, "bfloat16": 2, "float16": 2}) / 1e6
+    mb = (
+        2
+        * copy.M
+        * copy.index.get_level_values("N")
+        * copy.index.get_level_values("dtype").map({"float32": 4, "bfloat16": 2, "float16": 2})
+        / 1e6
+    )
     in_l2 = mb <= props.l2_bytes.iloc[0] / 1e6
     of_peak = mb / copy.graph_ms / (props.dram_peak_gbps.iloc[0] / 1e3) / 1e3  # MB per ms is GB/s
     return in_l2, of_peak
@@ -83,23 +119,42 @@ def plot_backward(bench, props=None, value: str = "graph_frac"):
     fig, axes = plots.new_figure(4.6 * len(dtypes), 4.4, ncols=len(dtypes))
     axes = list(axes) if hasattr(axes, "__len__") else [axes]
     in_l2, of_peak = copy_speed(bench, props) if props is not None else (None, None)
-    shades = {"l2": ("#d9d9d9", "copy's data fit in the L2 (it reads from cache)"),
-              "slow": ("#fde0c5", f"copy below {FAIR_COPY} of the DRAM peak")}
+    shades = {
+        "l2": ("#d9d9d9", "copy's data fit in the L2 (it reads from cache)"),
+        "slow": ("#fde0c5", f"copy below {FAIR_COPY} of the DRAM peak"),
+    }
     handles = {}
     for ax, dtype in zip(axes, dtypes):
-        table = bench[(bench.dtype == dtype) & (bench.status == "ok")].pivot_table(index="N", columns="provider", values=value)
+        table = bench[(bench.dtype == dtype) & (bench.status == "ok")].pivot_table(
+            index="N", columns="provider", values=value
+        )
         if in_l2 is not None:
             for n in table.index:
-                kind = "l2" if in_l2.get((dtype, n), False) else "slow" if of_peak.get((dtype, n), 1) < FAIR_COPY else None
+                kind = (
+                    "l2" if in_l2.get((dtype, n), False) else "slow" if of_peak.get((dtype, n), 1) < FAIR_COPY else None
+                )
                 if kind:
                     handles[kind] = ax.axvspan(n / 1.2, n * 1.2, color=shades[kind][0], lw=0, label=shades[kind][1])
         for p in [p for p in LABELS if p in table]:
-            ax.plot(table.index, table[p], "--" if p == "copy" else "o-", color=COLORS[p], ms=4,
-                    lw=2 if p == "course" else 1.4, zorder=3 if p == "course" else 2, label=LABELS[p])
+            ax.plot(
+                table.index,
+                table[p],
+                "--" if p == "copy" else "o-",
+                color=COLORS[p],
+                ms=4,
+                lw=2 if p == "course" else 1.4,
+                zorder=3 if p == "course" else 2,
+                label=LABELS[p],
+            )
         ax.set_xscale("log", base=2)
         ax.minorticks_off()
         ax.set(xticks=list(table.index), ylim=(0, 1.35), xlabel="N (columns per row)")
-        ax.set_xticklabels([f"{n // 1024}K" if n % 1024 == 0 else f"{n / 1024:.1f}K" for n in table.index], fontsize=8, rotation=45, ha="right")
+        ax.set_xticklabels(
+            [f"{n // 1024}K" if n % 1024 == 0 else f"{n / 1024:.1f}K" for n in table.index],
+            fontsize=8,
+            rotation=45,
+            ha="right",
+        )
         ax.set_title(f"{dtype}, M = {int(bench.M.iloc[0])}", fontsize=10)
     axes[0].set_ylabel("fraction of copy (GPU time)")
     lines, labels = axes[0].get_legend_handles_labels()
@@ -110,11 +165,15 @@ def plot_backward(bench, props=None, value: str = "graph_frac"):
     return fig
 
 
-FIGURES = {"08_backward": lambda: plot_backward(data.load("backward", gpu="h100").query("group == 'M=4096'"),
-                                                 data.load("device_props"))}
+FIGURES = {
+    "08_backward": lambda: plot_backward(
+        data.load("backward", gpu="h100").query("group == 'M=4096'"), data.load("device_props")
+    )
+}
 
 
 # --- The op at work
+
 
 def compiled_graphs(fn, *args):
     """Compile ``fn`` (fullgraph) through AOTAutograd, keeping its forward and backward graphs, which run
@@ -128,10 +187,13 @@ def compiled_graphs(fn, *args):
         def compiler(gm, example_inputs):
             graphs[kind] = gm
             return make_boxed_func(gm.forward)
+
         return compiler
 
     torch._dynamo.reset()
-    compiled = torch.compile(fn, fullgraph=True, backend=aot_autograd(fw_compiler=keep("forward"), bw_compiler=keep("backward")))
+    compiled = torch.compile(
+        fn, fullgraph=True, backend=aot_autograd(fw_compiler=keep("forward"), bw_compiler=keep("backward"))
+    )
     out = compiled(*args)
     if out.requires_grad:
         out.sum().backward()
@@ -167,12 +229,15 @@ def cuda_graph_demo() -> float | None:
 
 # --- Exercises 8.1 (log-softmax's backward) and 8.3 (cross-entropy's gradient): functions
 
+
 def _where_worst(got, want) -> str:
     """Where the largest error is, and what belongs there (the learner's value is not repeated)."""
     diff = (got - want).abs().reshape(-1, want.shape[-1])
     r, c = divmod(int(diff.argmax()), want.shape[-1])
-    return (f"largest error {diff.max().item():.1e}, at row {r}, column {c}, where the answer is "
-            f"{want.reshape(-1, want.shape[-1])[r, c].item():.6g}")
+    return (
+        f"largest error {diff.max().item():.1e}, at row {r}, column {c}, where the answer is "
+        f"{want.reshape(-1, want.shape[-1])[r, c].item():.6g}"
+    )
 
 
 def _compare(fn, args, want, hints: dict, where: str, atol: float) -> float:
@@ -183,16 +248,20 @@ def _compare(fn, args, want, hints: dict, where: str, atol: float) -> float:
         got = call_attempt(fn, *copies)
     except RuntimeError as e:
         if "must match the size" in str(e):
-            raise Wrong(f"{where} your code raised RuntimeError: {str(e).splitlines()[0]}. Keep the summed "
-                        f"dimension: .sum(-1, keepdim=True)") from None
+            raise Wrong(
+                f"{where} your code raised RuntimeError: {str(e).splitlines()[0]}. Keep the summed "
+                f"dimension: .sum(-1, keepdim=True)"
+            ) from None
         raise
     if not all(torch.equal(c, a) for c, a in zip(copies, args)):
         raise Wrong("your function changed its inputs: compute a new tensor instead")
     if not isinstance(got, torch.Tensor):
         raise Wrong(f"return a tensor, got {type(got).__name__}")
     if got.shape != want.shape:
-        raise Wrong(f"{where} you returned shape {tuple(got.shape)}, expected {tuple(want.shape)} (one value per "
-                    f"input element; keep the summed dimension: .sum(-1, keepdim=True))")
+        raise Wrong(
+            f"{where} you returned shape {tuple(got.shape)}, expected {tuple(want.shape)} (one value per "
+            f"input element; keep the summed dimension: .sum(-1, keepdim=True))"
+        )
     got = got.detach().to(torch.float64).cpu()
     if not torch.isfinite(got).all():  # a hint without a candidate (None) names what gives NaN or inf
         hint = next((f": {h}" for h, cand in hints.items() if cand is None), "")
@@ -224,15 +293,26 @@ def _trial_8_1(fn) -> str:
             "forgot the sum: the correction is softmax(x) times the row sum of dy, not softmax(x) alone": dy - p,
             "out holds log-probabilities; softmax(x) is exp(out), not out": dy - out * s,
             "a sign: the softmax(x) * sum(dy) term is subtracted from dy, not added": dy + p * s,
-            "the sum runs over the last dimension (along a row: dim=-1), not over the rows": dy - p * dy.sum(0, keepdim=True),
-            "that is softmax's backward (from y = softmax(x)); for log_softmax, differentiate out_i = x_i - LSE(x)":
-                p * (dy - (p * dy).sum(-1, keepdim=True)),
+            "the sum runs over the last dimension (along a row: dim=-1), not over the rows": dy
+            - p * dy.sum(0, keepdim=True),
+            "that is softmax's backward (from y = softmax(x)); for log_softmax, differentiate out_i = x_i - LSE(x)": p
+            * (dy - (p * dy).sum(-1, keepdim=True)),
         }
         if out.dim() == 2 and out.shape[0] == out.shape[1]:
-            hints["keep the summed dimension (keepdim=True): without it the row sums broadcast along the wrong "
-                  "axis"] = dy - p * dy.sum(-1)
-        worst = max(worst, _compare(fn, (out, dy), log_softmax_backward_answer(out, dy), hints,
-                                    f"on an input of shape {tuple(shape)}:", 1e-9))
+            hints[
+                "keep the summed dimension (keepdim=True): without it the row sums broadcast along the wrong axis"
+            ] = dy - p * dy.sum(-1)
+        worst = max(
+            worst,
+            _compare(
+                fn,
+                (out, dy),
+                log_softmax_backward_answer(out, dy),
+                hints,
+                f"on an input of shape {tuple(shape)}:",
+                1e-9,
+            ),
+        )
     return f"largest error {round_up_err(worst)} on 4 inputs (float64)"
 
 
@@ -267,7 +347,9 @@ def _trial_8_3(fn) -> str:
             "softmax runs along each row (dim=-1), not down the columns": (torch.softmax(x64, 0) - oh) / M,
             "that is log_softmax: the gradient of log-sum-exp is softmax itself": (torch.log_softmax(x64, -1) - oh) / M,
         }
-        where = f"on {M} x {N} logits" + (" around 200" if shift else " spread over hundreds" if spread > 10 else "") + ":"
+        where = (
+            f"on {M} x {N} logits" + (" around 200" if shift else " spread over hundreds" if spread > 10 else "") + ":"
+        )
         worst = max(worst, _compare(fn, (logits, target), cross_entropy_grad_answer(x64, target), hints, where, 1e-6))
     return f"largest error {round_up_err(worst)}, logits around 200 and spread over hundreds included"
 
@@ -301,8 +383,15 @@ def _launch_8_2(kernel, M, N, bm, strides, args=None, seed=82):
     y64, dy64 = y0.double(), dy0.double()
     want = y64 * (dy64 - (y64 * dy64).sum(-1, keepdim=True))
     got = dx.detach().cpu().double()
-    return dict(y=y64, dy=dy64, want=want, got=got, where=where, intact=guards_intact(dx) and guards_intact(y) and guards_intact(dy),
-                inputs_kept=torch.equal(y.cpu(), y0) and torch.equal(dy.cpu(), dy0))
+    return dict(
+        y=y64,
+        dy=dy64,
+        want=want,
+        got=got,
+        where=where,
+        intact=guards_intact(dx) and guards_intact(y) and guards_intact(dy),
+        inputs_kept=torch.equal(y.cpu(), y0) and torch.equal(dy.cpu(), dy0),
+    )
 
 
 def _right(r) -> bool:
@@ -320,40 +409,54 @@ def _diagnose_8_2(kernel, M, N, bm, r) -> str:
             lie = [S + 3 if j == i else S for j in range(3)]
             if _right(_launch_8_2(kernel, M, N, bm, (S, S, S), args=lie)):
                 verb = "written" if name == "dx" else "read"
-                return (f"{name} is {verb} with another tensor's row stride: each tensor has its own, so {name}'s rows "
-                        f"start at rows[:, None] * {name}_row_stride")
+                return (
+                    f"{name} is {verb} with another tensor's row stride: each tensor has its own, so {name}'s rows "
+                    f"start at rows[:, None] * {name}_row_stride"
+                )
         return "y, dy and dx each have their own row stride here: use y_row_stride, dy_row_stride and dx_row_stride"
     dense = _launch_8_2(kernel, M, N, bm, (None, None, None))
     if _right(dense):  # right only when rows are n_cols apart
-        return ("your kernel is right only when rows are n_cols apart: here they are further apart, so offsets are "
-                "rows[:, None] * y_row_stride + cols[None, :] (dy_row_stride and dx_row_stride for the others)")
+        return (
+            "your kernel is right only when rows are n_cols apart: here they are further apart, so offsets are "
+            "rows[:, None] * y_row_stride + cols[None, :] (dy_row_stride and dx_row_stride for the others)"
+        )
     if not (same["intact"] and dense["intact"]):
-        return ("a store wrote outside dx's rows (past a row's last column, or rows past n_rows in the last tile): "
-                "tl.store needs mask=(rows[:, None] < n_rows) & (cols[None, :] < n_cols)")
+        return (
+            "a store wrote outside dx's rows (past a row's last column, or rows past n_rows in the last tile): "
+            "tl.store needs mask=(rows[:, None] < n_rows) & (cols[None, :] < n_cols)"
+        )
     got, y, dy, want = same["got"], same["y"], same["dy"], same["want"]
     unwritten = sorted({int(i) for i in torch.nonzero(got == UNWRITTEN)[:, 0].tolist()})
     if unwritten:
-        return (f"rows {unwritten[:4]} of dx were never written: does program p start at row "
-                f"tl.program_id(0) * BLOCK_M and store all its BLOCK_M rows?")
+        return (
+            f"rows {unwritten[:4]} of dx were never written: does program p start at row "
+            f"tl.program_id(0) * BLOCK_M and store all its BLOCK_M rows?"
+        )
     if torch.isinf(got).any():  # both loads padded with the forward's -inf: -inf * -inf = inf in every row's s
-        return ("dx holds inf: the padding lanes loaded -inf, the forward's padding, and -inf * -inf = inf in the row's "
-                "sum s (-inf * 0 would be NaN). Here they must add nothing to s: load 0.0 (other=0.0)")
+        return (
+            "dx holds inf: the padding lanes loaded -inf, the forward's padding, and -inf * -inf = inf in the row's "
+            "sum s (-inf * 0 would be NaN). Here they must add nothing to s: load 0.0 (other=0.0)"
+        )
     if torch.isnan(got).any():
         if torch.isnan(dense["got"]).all():
-            return ("every row of dx is NaN, even where rows are n_cols apart: the padding lanes must load 0.0 "
-                    "(other=0.0); -inf padding gives -inf * 0 = NaN in the row's sum")
-        return ("a load reads past the end of a row: here the memory after each row holds NaN, and it reached dx. "
-                "Mask the loads of y and dy (cols[None, :] < n_cols, rows[:, None] < n_rows) with other=0.0")
+            return (
+                "every row of dx is NaN, even where rows are n_cols apart: the padding lanes must load 0.0 "
+                "(other=0.0); -inf padding gives -inf * 0 = NaN in the row's sum"
+            )
+        return (
+            "a load reads past the end of a row: here the memory after each row holds NaN, and it reached dx. "
+            "Mask the loads of y and dy (cols[None, :] < n_cols, rows[:, None] < n_rows) with other=0.0"
+        )
     dot = (y * dy).sum(-1, keepdim=True)
     prod = y * dy
-    dot_cols = torch.cat([prod[i:i + bm].sum(0, keepdim=True).expand(min(bm, M - i), N) for i in range(0, M, bm)])
+    dot_cols = torch.cat([prod[i : i + bm].sum(0, keepdim=True).expand(min(bm, M - i), N) for i in range(0, M, bm)])
     cands = {
         "y * dy is only the first term: dx = y * (dy - s), with s = tl.sum(y * dy, axis=1) for each row": prod,
         "the sum term is missing its factor y: dx = y * (dy - s), not y * dy - s": prod - dot,
         "dx = y * (dy - s): the product with y is missing": dy - dot,
         "a sign: dx = y * (dy - s), the row sum is subtracted": y * (dy + dot),
-        "the row sum runs along a row: tl.sum(y * dy, axis=1), then s[:, None] against the tile (axis=0 mixes rows)":
-            y * (dy - dot_cols),
+        "the row sum runs along a row: tl.sum(y * dy, axis=1), then s[:, None] against the tile (axis=0 mixes rows)": y
+        * (dy - dot_cols),
         "s is the row's dot sum_j y_j dy_j, not the sum of dy alone": y * (dy - dy.sum(-1, keepdim=True)),
         "dx is y * (dy - s), not dy * (y - s)": dy * (y - dot),
     }

@@ -13,7 +13,7 @@ import triton
 import triton.language as tl
 
 from . import data, launch, plots
-from .exercises import Wrong, call_attempt, check, fmt, guarded, is_untouched, run_learner_kernel, require_kernel
+from .exercises import Wrong, call_attempt, check, fmt, guarded, is_untouched, require_kernel, run_learner_kernel
 from .kernels import sampling
 from .kernels.sampling import sample, softmax_topk, topk_keys
 from .mode import DEVICE, ON_GPU
@@ -45,9 +45,14 @@ def topk_cases():
     inf[1, ::3] = float("-inf")
     inf[2] = float("-inf")
     ties = torch.tensor([[1.0, 2.0, 2.0, 0.5, 2.0, -1.0, 2.0]])
-    return [("37 columns, k = 5", r(3, 37), 5), ("300 columns with -inf, k = 50", inf, 50),
-            ("leading dimensions (2, 3, 45), k = 45", r(2, 3, 45), 45), ("a transposed view, k = 1", r(40, 3).t(), 1),
-            ("ties, k = 3", ties, 3), ("bfloat16, 100 columns, k = 7", r(2, 100).to(torch.bfloat16), 7)]
+    return [
+        ("37 columns, k = 5", r(3, 37), 5),
+        ("300 columns with -inf, k = 50", inf, 50),
+        ("leading dimensions (2, 3, 45), k = 45", r(2, 3, 45), 45),
+        ("a transposed view, k = 1", r(40, 3).t(), 1),
+        ("ties, k = 3", ties, 3),
+        ("bfloat16, 100 columns, k = 7", r(2, 100).to(torch.bfloat16), 7),
+    ]
 
 
 def topk_error(fn, x: torch.Tensor, k: int) -> float:
@@ -112,9 +117,16 @@ def frequency_check(draws: int = 2000, settings=SETTINGS, seed: int = 0, fn=samp
         chi2 = (((counts - draws * q)[kept]) ** 2 / (draws * q[kept])).sum().item()
         df = max(int(kept.sum()) - 1, 1)
         crit = df * (1 - 2 / (9 * df) + 3.09 * math.sqrt(2 / (9 * df))) ** 3
-        rows.append({"setting": ", ".join(f"{k}={v}" for k, v in s.items()), "tokens kept": int(kept.sum()),
-                     "chi2": round(chi2, 3), "critical (0.1%)": round(crit, 3),
-                     "draws outside": int(counts[~kept].sum()), "agrees": bool(chi2 < crit and counts[~kept].sum() == 0)})
+        rows.append(
+            {
+                "setting": ", ".join(f"{k}={v}" for k, v in s.items()),
+                "tokens kept": int(kept.sum()),
+                "chi2": round(chi2, 3),
+                "critical (0.1%)": round(crit, 3),
+                "draws outside": int(counts[~kept].sum()),
+                "agrees": bool(chi2 < crit and counts[~kept].sum() == 0),
+            }
+        )
     return pd.DataFrame(rows).set_index("setting")
 
 
@@ -153,9 +165,12 @@ def _trial_9_1(fn) -> str:
         got = call_attempt(fn, a, b, k)
         if not all(torch.equal(t, s) for t, s in zip(a + b, keep)):
             raise Wrong("your merge changed its inputs: build new tensors instead")
-        where = f"on a row of 12 cut after column {cut}" + (" (maxima far apart)" if x.max() > 30 else "") + \
-            (" (the first part only -inf)" if x[0] == float("-inf") and x.max() > float("-inf") else "") + \
-            (" (only -inf: two identities)" if x.max() == float("-inf") else "")
+        where = (
+            f"on a row of 12 cut after column {cut}"
+            + (" (maxima far apart)" if x.max() > 30 else "")
+            + (" (the first part only -inf)" if x[0] == float("-inf") and x.max() > float("-inf") else "")
+            + (" (only -inf: two identities)" if x.max() == float("-inf") else "")
+        )
         if not (isinstance(got, (tuple, list)) and len(got) == 4):
             raise Wrong(f"{where}: return the four parts (m, d, values, columns)")
         m, d, v, c = (torch.as_tensor(t).cpu() for t in got)
@@ -163,14 +178,18 @@ def _trial_9_1(fn) -> str:
         if v.numel() != k or c.numel() != k:
             raise Wrong(f"{where}: you kept {v.numel()} candidates: keep exactly k = {k}, the k largest of both lists")
         if torch.isnan(d).any():
-            raise Wrong(f"{where}: d is NaN: two states of only -inf must merge to the identity (-inf, 0), "
-                        f"exp(-inf - (-inf)) is NaN")
+            raise Wrong(
+                f"{where}: d is NaN: two states of only -inf must merge to the identity (-inf, 0), "
+                f"exp(-inf - (-inf)) is NaN"
+            )
         if not (m.double() == M or torch.isclose(m.double(), M)):
             raise Wrong(f"{where}: m should be the larger maximum {fmt(M)}, got {fmt(m)}")
         if not torch.isclose(d.double(), D, rtol=1e-9, atol=0):
             if D > 0 and torch.isclose(d.double(), a[1] + b[1], rtol=1e-9):
-                raise Wrong(f"{where}: merging without rescaling: move each sum to the new maximum, "
-                            f"d = d_A e^(m_A - m) + d_B e^(m_B - m)")
+                raise Wrong(
+                    f"{where}: merging without rescaling: move each sum to the new maximum, "
+                    f"d = d_A e^(m_A - m) + d_B e^(m_B - m)"
+                )
             if D > 0 and torch.isclose(d.double(), a[1] * torch.exp(m - a[0]) + b[1] * torch.exp(m - b[0]), rtol=1e-9):
                 raise Wrong(f"{where}: the factor is e^(m_A - m), at most 1: the sum moves down to the larger maximum")
             raise Wrong(f"{where}: d should be {fmt(D)}, got {fmt(d)}")
@@ -181,8 +200,9 @@ def _trial_9_1(fn) -> str:
                 raise Wrong(f"{where}: the values must be in descending order (largest first)")
             raise Wrong(f"{where}: values should be {fmt(V)}, got {fmt(v)}")
         if x.max() > float("-inf") and not torch.equal(c.long(), C):
-            raise Wrong(f"{where}: the columns must move with their values: columns should be {C.tolist()}, "
-                        f"got {c.tolist()}")
+            raise Wrong(
+                f"{where}: the columns must move with their values: columns should be {C.tolist()}, got {c.tolist()}"
+            )
     return f"on {len(_cases_9_1())} cuts, two identities included"
 
 
@@ -195,11 +215,13 @@ def check_9_1(merge) -> None:
 K_9_2 = 8
 #: (sorted logits, k, top_p, temperature): a nucleus inside a top-k, a top token above top_p, a
 #: temperature that matters, a top-k alone, a heavy tail past the top k (renormalizing matters).
-CASES_9_2 = (([3.0, 2.5, 2.0, 1.0, 0.5, 0.0, -1.0, -2.0], 6, 0.8, 0.7),
-             ([5.0, 1.0, 0.5, 0.4, 0.2, 0.0, -0.5, -1.0], 4, 0.5, 1.0),
-             ([1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3], 8, 1.0, 0.5),
-             ([0.5, 0.4, 0.3, 0.2, 0.1, 0.0, -0.1, -0.2], 3, 1.0, 1.0),
-             ([3.0, 2.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0], 3, 0.6, 1.0))
+CASES_9_2 = (
+    ([3.0, 2.5, 2.0, 1.0, 0.5, 0.0, -1.0, -2.0], 6, 0.8, 0.7),
+    ([5.0, 1.0, 0.5, 0.4, 0.2, 0.0, -0.5, -1.0], 4, 0.5, 1.0),
+    ([1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3], 8, 1.0, 0.5),
+    ([0.5, 0.4, 0.3, 0.2, 0.1, 0.0, -0.1, -0.2], 3, 1.0, 1.0),
+    ([3.0, 2.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0], 3, 0.6, 1.0),
+)
 U_9_2 = 24
 
 
@@ -221,11 +243,11 @@ def positions(v, k, top_p, temperature, u, mistake=None) -> torch.Tensor:
 
 HINTS_9_2 = {
     "drop_top": "your top-p tests the mass up to and including each token (incl < top_p): that drops the token "
-                "that reaches top_p, and drops the top token itself when it alone holds top_p or more. Keep a token "
-                "while the mass *before* it is below top_p (the exclusive cumulative sum, incl - q), so the most "
-                "probable token always stays",
+    "that reaches top_p, and drops the top token itself when it alone holds top_p or more. Keep a token "
+    "while the mass *before* it is below top_p (the exclusive cumulative sum, incl - q), so the most "
+    "probable token always stays",
     "temp_after": "the temperature must divide the logits before the softmax (logits * inv_temp): "
-                  "scaling probabilities after it changes nothing once they are renormalized",
+    "scaling probabilities after it changes nothing once they are renormalized",
     "k_plus_1": "you keep k + 1 tokens: the top-k lanes are lane < k",
     "no_renorm": "renormalize over the top k before the nucleus (q / sum of the k kept), as Hugging Face does",
     "no_top_k": "no top-k: only the first k lanes may be drawn",
@@ -246,15 +268,16 @@ def _trial_9_2(kernel) -> str:
     logits, uu = guarded((R, K_9_2), row_stride=stride), guarded((R,))
     out = guarded((R,), dtype=torch.int64, fill=-7)
     for i, (v, _, _, _) in enumerate(CASES_9_2):
-        logits[i * U_9_2:(i + 1) * U_9_2] = torch.tensor(v).to(logits.device)
-        uu[i * U_9_2:(i + 1) * U_9_2] = u.float().to(uu.device)
+        logits[i * U_9_2 : (i + 1) * U_9_2] = torch.tensor(v).to(logits.device)
+        uu[i * U_9_2 : (i + 1) * U_9_2] = u.float().to(uu.device)
     for i, (v, k, top_p, temp) in enumerate(CASES_9_2):  # one launch per setting: they are arguments
         rows = slice(i * U_9_2, (i + 1) * U_9_2)
-        run_learner_kernel(kernel, (U_9_2,), out[rows], logits[rows], uu[rows], stride, k, top_p, 1.0 / temp,
-                           K=K_9_2, outputs=[out])
+        run_learner_kernel(
+            kernel, (U_9_2,), out[rows], logits[rows], uu[rows], stride, k, top_p, 1.0 / temp, K=K_9_2, outputs=[out]
+        )
     got = out.cpu()
     for i, (v, k, top_p, temp) in enumerate(CASES_9_2):
-        mine = got[i * U_9_2:(i + 1) * U_9_2]
+        mine = got[i * U_9_2 : (i + 1) * U_9_2]
         want = positions(v, k, top_p, temp, u)
         where = f"with k = {k}, top_p = {top_p}, temperature = {temp}"
         if torch.equal(mine, want):
@@ -265,10 +288,14 @@ def _trial_9_2(kernel) -> str:
         if (mine == -7).any():
             raise Wrong(f"{where}: some rows got nothing stored: does every program store at out_ptr + row?")
         if ((mine < 0) | (mine >= k)).any():
-            raise Wrong(f"{where}: positions outside 0..k-1, such as {mine[(mine < 0) | (mine >= k)][0].item()}: does each "
-                        f"program read its K logits at logits_ptr + row * row_stride (past them lies NaN)?")
-        raise Wrong(f"{where}: for u = {fmt(u[:6], 3)}... the positions should be {want[:6].tolist()}..., got "
-                    f"{mine[:6].tolist()}... Does each program read its K logits at logits_ptr + row * row_stride?")
+            raise Wrong(
+                f"{where}: positions outside 0..k-1, such as {mine[(mine < 0) | (mine >= k)][0].item()}: does each "
+                f"program read its K logits at logits_ptr + row * row_stride (past them lies NaN)?"
+            )
+        raise Wrong(
+            f"{where}: for u = {fmt(u[:6], 3)}... the positions should be {want[:6].tolist()}..., got "
+            f"{mine[:6].tolist()}... Does each program read its K logits at logits_ptr + row * row_stride?"
+        )
     return f"{len(CASES_9_2) * U_9_2} draws, every position as float64 picks"
 
 
@@ -296,31 +323,51 @@ def torch_softmax_topk(x, k=50):
 def every_call_planned(fn):
     """The same kernels behind a wrapper written the obvious way: every call checks, plans and launches them
     through ``kernel[grid](...)``, and nothing is kept (``fn(x)`` makes a ready function and calls it once)."""
+
     def call(x):
         direct, launch.DIRECT[0] = launch.DIRECT[0], False  # so the ready function made here takes the JIT path
         try:
             return fn(x)
         finally:
             launch.DIRECT[0] = direct
+
     return call
 
 
-PROVIDERS = ("copy", "course_softmax_topk", "course_sample", "course_topk_per_program", "course_topk_lanes",
-             "course_softmax_topk_jit", "course_sample_jit",
-             "torch_softmax_topk", "torch_hf_sample", "compile_softmax_topk", "compile_hf_sample", "flashinfer_sample")
-TOPK_CHECKED = ("course_softmax_topk", "course_topk_per_program", "course_topk_lanes",  # against float64 first
-                "course_softmax_topk_jit")
+PROVIDERS = (
+    "copy",
+    "course_softmax_topk",
+    "course_sample",
+    "course_topk_per_program",
+    "course_topk_lanes",
+    "course_softmax_topk_jit",
+    "course_sample_jit",
+    "torch_softmax_topk",
+    "torch_hf_sample",
+    "compile_softmax_topk",
+    "compile_hf_sample",
+    "flashinfer_sample",
+)
+TOPK_CHECKED = (
+    "course_softmax_topk",
+    "course_topk_per_program",
+    "course_topk_lanes",  # against float64 first
+    "course_softmax_topk_jit",
+)
 
 
 def providers(names=PROVIDERS) -> dict:
     """Name -> function(x) (or None where not installed). Compiled ones are compiled once, dynamic."""
-    p = {"course_softmax_topk": lambda x: softmax_topk(x, 50),
-         "course_sample": lambda x: sample(x, temperature=0.7, top_k=50, top_p=0.9),
-         "course_topk_per_program": lambda x: sampling.topk_per_program(x, 50),  # each design at every shape
-         "course_topk_lanes": lambda x: sampling.topk_by_lanes(x, 50),
-         "course_softmax_topk_jit": every_call_planned(lambda x: sampling._topk_call(x, 50, None)(x)),
-         "course_sample_jit": every_call_planned(lambda x: sampling._sample_call(x, 0.7, 50, 0.9)(x, None, 0.7, 0.9)),
-         "torch_softmax_topk": torch_softmax_topk, "torch_hf_sample": hf_sample}
+    p = {
+        "course_softmax_topk": lambda x: softmax_topk(x, 50),
+        "course_sample": lambda x: sample(x, temperature=0.7, top_k=50, top_p=0.9),
+        "course_topk_per_program": lambda x: sampling.topk_per_program(x, 50),  # each design at every shape
+        "course_topk_lanes": lambda x: sampling.topk_by_lanes(x, 50),
+        "course_softmax_topk_jit": every_call_planned(lambda x: sampling._topk_call(x, 50, None)(x)),
+        "course_sample_jit": every_call_planned(lambda x: sampling._sample_call(x, 0.7, 50, 0.9)(x, None, 0.7, 0.9)),
+        "torch_softmax_topk": torch_softmax_topk,
+        "torch_hf_sample": hf_sample,
+    }
     if "compile_softmax_topk" in names or "compile_hf_sample" in names:
         p["compile_softmax_topk"] = torch.compile(torch_softmax_topk, dynamic=True)
         p["compile_hf_sample"] = torch.compile(hf_sample, dynamic=True)
@@ -357,8 +404,9 @@ def flashinfer_draws(fs) -> dict:
 TIMINGS = ("graph_us", "eager_us", "host_us", "graph_spread", "spread", "frac_of_one_read")
 
 
-def sampling_rows(shapes, dtypes=("float32", "bfloat16"), names=PROVIDERS, rounds: int = 3, quick: bool = False,
-                  provs=None):
+def sampling_rows(
+    shapes, dtypes=("float32", "bfloat16"), names=PROVIDERS, rounds: int = 3, quick: bool = False, provs=None
+):
     """On a GPU: each provider at each (M, N) and dtype, checked (the course's top-k against float64),
     then timed: GPU time (CUDA graph), eager time, host time per call; ``rounds`` rounds with spread.
     provs: name -> function(x) (None: not installed) to time beside the copy instead of ``providers(names)``."""
@@ -371,7 +419,11 @@ def sampling_rows(shapes, dtypes=("float32", "bfloat16"), names=PROVIDERS, round
     out = []
     for dt in dtypes:
         for M, N in shapes:
-            x = torch.randn(M, N, device=DEVICE, generator=torch.Generator(DEVICE).manual_seed(0)).mul(3).to(measure.DTYPES[dt])
+            x = (
+                torch.randn(M, N, device=DEVICE, generator=torch.Generator(DEVICE).manual_seed(0))
+                .mul(3)
+                .to(measure.DTYPES[dt])
+            )
             y = torch.empty_like(x)
             fns, status = {"copy": lambda: y.copy_(x)}, {"copy": "ok"}
             for name, fn in provs.items():
@@ -389,7 +441,9 @@ def sampling_rows(shapes, dtypes=("float32", "bfloat16"), names=PROVIDERS, round
                         torch.cuda.synchronize()
                     fns[name], status[name] = (lambda fn=fn: fn(x)), "ok"
                 except Exception as e:  # reported in the CSV, never hidden
-                    status[name] = f"failed: {type(e).__name__}: {str(e).strip()[:80]}".replace(",", ";").replace("\n", " ")
+                    status[name] = f"failed: {type(e).__name__}: {str(e).strip()[:80]}".replace(",", ";").replace(
+                        "\n", " "
+                    )
             t = {n: {"graph": [], "eager": []} for n in fns}
             for _ in range(1 if quick else rounds):
                 for n, fn in fns.items():
@@ -404,9 +458,14 @@ def sampling_rows(shapes, dtypes=("float32", "bfloat16"), names=PROVIDERS, round
                 r = {"dtype": dt, "M": M, "N": N, "provider": n, **dict.fromkeys(TIMINGS, float("nan")), "status": st}
                 if n in fns:
                     g = med(t[n]["graph"])
-                    r.update(graph_us=g * 1e3, eager_us=med(t[n]["eager"]) * 1e3, graph_spread=spread(t[n]["graph"]),
-                             spread=spread(t[n]["eager"]), frac_of_one_read=floor / g,
-                             host_us=measure.host_us(fns[n], calls=20 if quick else 50))
+                    r.update(
+                        graph_us=g * 1e3,
+                        eager_us=med(t[n]["eager"]) * 1e3,
+                        graph_spread=spread(t[n]["graph"]),
+                        spread=spread(t[n]["eager"]),
+                        frac_of_one_read=floor / g,
+                        host_us=measure.host_us(fns[n], calls=20 if quick else 50),
+                    )
                 out.append({k: (round(v, 4) if isinstance(v, float) and math.isfinite(v) else v) for k, v in r.items()})
             del x, y
             if ON_GPU:
@@ -414,13 +473,15 @@ def sampling_rows(shapes, dtypes=("float32", "bfloat16"), names=PROVIDERS, round
     return out
 
 
-def bench_frame(shapes, dtypes=("float32",), names=("copy", "course_softmax_topk", "course_sample",
-                                                    "torch_softmax_topk", "torch_hf_sample")) -> pd.DataFrame:
+def bench_frame(
+    shapes,
+    dtypes=("float32",),
+    names=("copy", "course_softmax_topk", "course_sample", "torch_softmax_topk", "torch_hf_sample"),
+) -> pd.DataFrame:
     """``sampling_rows`` as a DataFrame with its provenance (the lesson's live cell, on a GPU)."""
     from .gpu_data import provenance
 
     return data.frame(sampling_rows(shapes, dtypes, names, quick=True), provenance("lesson 09, live"))
-
 
 
 # ---- Figures ----
@@ -433,32 +494,50 @@ def plot_fixed_cost(recordings: dict, above_us: float):
     PyTorch's softmax + top-k, eager or compiled. Lines: one read (the floor), 0.85 of it (the target), and one
     read plus ``above_us`` microseconds."""
     if not recordings:
-        raise ValueError("plot_fixed_cost needs at least one recording, e.g. {'H100': data.load('sampling', gpu='h100')}.")
+        raise ValueError(
+            "plot_fixed_cost needs at least one recording, e.g. {'H100': data.load('sampling', gpu='h100')}."
+        )
     fig, ax = plots.new_figure(7.2, 4.6)
     reads = []
     for gpu, bench in recordings.items():
         us = bench.pivot_table(index=["dtype", "M", "N"], columns="provider", values="graph_us")
         missing = {"copy", "course_softmax_topk"} - set(us.columns)
         if missing:
-            raise ValueError(f"the {gpu} recording has no {sorted(missing)} rows: pass frames of tools/sampling_bench.py.")
+            raise ValueError(
+                f"the {gpu} recording has no {sorted(missing)} rows: pass frames of tools/sampling_bench.py."
+            )
         read = us["copy"] / 2
         reads.append(read)
         color = GPU_COLORS.get(gpu, "#7f7f7f")
         ax.scatter(read, us.course_softmax_topk, s=22, color=color, zorder=3, label=f"softmax_topk(x, 50), {gpu}")
         peers = [c for c in ("torch_softmax_topk", "compile_softmax_topk") if c in us]
         if peers:  # the faster of the two at each shape
-            ax.scatter(read, us[peers].min(axis=1), s=22, facecolors="none", edgecolors=color, alpha=0.7, zorder=3,
-                       label=f"PyTorch's softmax + top-k, {gpu}")
+            ax.scatter(
+                read,
+                us[peers].min(axis=1),
+                s=22,
+                facecolors="none",
+                edgecolors=color,
+                alpha=0.7,
+                zorder=3,
+                label=f"PyTorch's softmax + top-k, {gpu}",
+            )
     reads = pd.concat(reads)
     lo, hi = reads.min() / 1.5, reads.max() * 1.5
     line = [lo, hi]
     ax.plot(line, line, color=plots.color("copy"), lw=1.4, label="one read (the floor)")
-    ax.plot(line, [v / 0.85 for v in line], color=plots.color("copy"), lw=1.2, ls=":", label="0.85 of one read (the target)")
+    ax.plot(
+        line, [v / 0.85 for v in line], color=plots.color("copy"), lw=1.2, ls=":", label="0.85 of one read (the target)"
+    )
     grid = [lo * (hi / lo) ** (i / 60) for i in range(61)]
-    ax.plot(grid, [v + above_us for v in grid], color="#2ca02c", lw=1.4, ls="--",
-            label=f"one read + {above_us:.1f} µs")
-    ax.set(xscale="log", yscale="log", xlim=(lo, hi), xlabel="one read of the logits, µs (half the copy's GPU time)",
-           ylabel="GPU time, µs")
+    ax.plot(grid, [v + above_us for v in grid], color="#2ca02c", lw=1.4, ls="--", label=f"one read + {above_us:.1f} µs")
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlim=(lo, hi),
+        xlabel="one read of the logits, µs (half the copy's GPU time)",
+        ylabel="GPU time, µs",
+    )
     ax.legend(loc="upper left", fontsize=7.5, frameon=False)
     ax.set_title("softmax + top-50 at 1 to 256 rows of 32000 to 256000 logits, float32 and bfloat16", fontsize=9.5)
     return fig
@@ -473,18 +552,20 @@ def lane_example(x=None, k: int = 3):
     if x is None:
         g = torch.Generator().manual_seed(9)
         x = (torch.randn(3, 4, 4, generator=g) * 1.5).clamp(max=4.0).mul(10).round().div(10)
-        x[1, 0, 2], x[2, 0, 0] = 9.1, 7.5   # lane 0: its maximum, and a logit >= T in another chunk (unclean)
-        x[0, 1, 1], x[0, 1, 3] = 8.0, 7.3   # lane 1: two logits >= T in the maximum's chunk (both read again)
-        x[2, 2, 3] = 7.2                    # lane 2: the k-th largest maximum, T
-        x[0, 3, 0] = 5.0                    # lane 3: a maximum below T (never read again)
+        x[1, 0, 2], x[2, 0, 0] = 9.1, 7.5  # lane 0: its maximum, and a logit >= T in another chunk (unclean)
+        x[0, 1, 1], x[0, 1, 3] = 8.0, 7.3  # lane 1: two logits >= T in the maximum's chunk (both read again)
+        x[2, 2, 3] = 7.2  # lane 2: the k-th largest maximum, T
+        x[0, 3, 0] = 5.0  # lane 3: a maximum below T (never read again)
     elif not (isinstance(x, torch.Tensor) and x.dim() == 3 and x.is_floating_point() and x.shape[0] >= 2):
-        raise ValueError("x must be a float tensor of shape (steps, lanes, chunk) with at least 2 steps, e.g. "
-                         "lane_example()['x'] with a value changed.")
+        raise ValueError(
+            "x must be a float tensor of shape (steps, lanes, chunk) with at least 2 steps, e.g. "
+            "lane_example()['x'] with a value changed."
+        )
     x = x.detach().float().cpu().clone()  # never the caller's tensor
     steps, lanes, chunk = x.shape
     if not 1 <= k <= lanes:
         raise ValueError(f"k must be between 1 and the number of lanes, {lanes}, got {k}.")
-    chunk_max = x.amax(-1)                          # (steps, lanes)
+    chunk_max = x.amax(-1)  # (steps, lanes)
     top2 = chunk_max.topk(2, dim=0)
     m, c, v = top2.values[0], top2.indices[0], top2.values[1]
     T = m.topk(k).values[-1]
@@ -492,8 +573,18 @@ def lane_example(x=None, k: int = 3):
     where = [(b, j, e) for b in range(steps) for j in range(lanes) for e in range(chunk)]
     candidates = {w for w in where if x[w] >= T and ((kept[w[1]] and c[w[1]] == w[0]) or unclean[w[1]])}
     order = sorted(where, key=lambda w: -float(x[w]))
-    return {"x": x, "m": m, "c": c, "v": v, "T": float(T), "k": k, "kept": kept, "unclean": unclean,
-            "candidates": candidates, "top": set(order[:k])}
+    return {
+        "x": x,
+        "m": m,
+        "c": c,
+        "v": v,
+        "T": float(T),
+        "k": k,
+        "kept": kept,
+        "unclean": unclean,
+        "candidates": candidates,
+        "top": set(order[:k]),
+    }
 
 
 def plot_lanes(example=None):
@@ -507,28 +598,61 @@ def plot_lanes(example=None):
         for j in range(lanes):
             for e in range(chunk):
                 col = j * chunk + e
-                ax.add_patch(plots.plt.Rectangle((col, -b - 1), 1, 1, facecolor=tints[j % 4], edgecolor="white", lw=1.5))
+                ax.add_patch(
+                    plots.plt.Rectangle((col, -b - 1), 1, 1, facecolor=tints[j % 4], edgecolor="white", lw=1.5)
+                )
                 w = (b, j, e)
-                ax.text(col + 0.5, -b - 0.5, f"{float(x[w]):.1f}", ha="center", va="center", fontsize=8.5,
-                        fontweight="bold" if w in ex["candidates"] else "normal",
-                        color="#d62728" if w in ex["top"] else ("#000000" if w in ex["candidates"] else "#666666"))
-        ax.text(-0.2, -b - 0.5, f"step {b}: columns {b * lanes * chunk}-{(b + 1) * lanes * chunk - 1}",
-                ha="right", va="center", fontsize=8.5)
+                ax.text(
+                    col + 0.5,
+                    -b - 0.5,
+                    f"{float(x[w]):.1f}",
+                    ha="center",
+                    va="center",
+                    fontsize=8.5,
+                    fontweight="bold" if w in ex["candidates"] else "normal",
+                    color="#d62728" if w in ex["top"] else ("#000000" if w in ex["candidates"] else "#666666"),
+                )
+        ax.text(
+            -0.2,
+            -b - 0.5,
+            f"step {b}: columns {b * lanes * chunk}-{(b + 1) * lanes * chunk - 1}",
+            ha="right",
+            va="center",
+            fontsize=8.5,
+        )
     for j in range(lanes):
         b = int(ex["c"][j])
-        ax.add_patch(plots.plt.Rectangle((j * chunk + 0.04, -b - 0.96), chunk - 0.08, 0.92, fill=False, edgecolor="#000000", lw=2))
+        ax.add_patch(
+            plots.plt.Rectangle(
+                (j * chunk + 0.04, -b - 0.96), chunk - 0.08, 0.92, fill=False, edgecolor="#000000", lw=2
+            )
+        )
         ax.text(j * chunk + chunk / 2, 0.35, f"lane {j}", ha="center", fontsize=9)
         m, v = float(ex["m"][j]), float(ex["v"][j])
-        verdict = ("unclean: read again whole" if ex["unclean"][j] else "kept: its chunk read again"
-                   if ex["kept"][j] else "below T: not read again")
-        ax.text(j * chunk + chunk / 2, -steps - 0.35, f"m = {m:.1f}, v = {v:.1f}\n{verdict}", ha="center", va="top",
-                fontsize=8.5)
+        verdict = (
+            "unclean: read again whole"
+            if ex["unclean"][j]
+            else "kept: its chunk read again"
+            if ex["kept"][j]
+            else "below T: not read again"
+        )
+        ax.text(
+            j * chunk + chunk / 2,
+            -steps - 0.35,
+            f"m = {m:.1f}, v = {v:.1f}\n{verdict}",
+            ha="center",
+            va="top",
+            fontsize=8.5,
+        )
     ax.set(xlim=(-4.8, lanes * chunk + 0.1), ylim=(-steps - 1.3, 0.8))
     ax.set_aspect("equal")
     ax.axis("off")
-    ax.set_title(f"{lanes} lanes, each reading a chunk of {chunk} logits a step; outlined: the chunk that "
-                 f"holds a lane's maximum m.\nk = {ex['k']}, so T = {ex['T']:.1f} (the k-th largest m). Bold: every logit "
-                 f">= T the merge reads again; red: the top {ex['k']}.", fontsize=9)
+    ax.set_title(
+        f"{lanes} lanes, each reading a chunk of {chunk} logits a step; outlined: the chunk that "
+        f"holds a lane's maximum m.\nk = {ex['k']}, so T = {ex['T']:.1f} (the k-th largest m). Bold: every logit "
+        f">= T the merge reads again; red: the top {ex['k']}.",
+        fontsize=9,
+    )
     return fig
 
 
@@ -537,8 +661,11 @@ def _fixed_cost_figure():
     and 256 rows. The lesson's cell leaves out shapes whose rounds spread over 10% (these recordings have none), so
     the two lines agree while no shape is noisy; test_claims_lesson09 quotes the cell's."""
     recordings = {"H100": data.load("sampling", gpu="h100"), "H200": data.load("sampling", gpu="h200")}
-    us = pd.concat([b.assign(gpu=g) for g, b in recordings.items()]).query("M >= 64").pivot_table(
-        index=["dtype", "M", "N"], columns=["provider", "gpu"], values="graph_us")
+    us = (
+        pd.concat([b.assign(gpu=g) for g, b in recordings.items()])
+        .query("M >= 64")
+        .pivot_table(index=["dtype", "M", "N"], columns=["provider", "gpu"], values="graph_us")
+    )
     return plot_fixed_cost(recordings, (us["course_softmax_topk"] - us["copy"] / 2).stack().median())
 
 

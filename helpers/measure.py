@@ -35,23 +35,43 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 CHECK_ATOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2, torch.float64: 1e-12}
 
 #: The CSV columns of a measured shape.
-COLUMNS = ("dtype", "M", "N", "provider", "ms", "graph_ms", "host_us", "gbps", "graph_gbps", "frac_of_copy",
-           "graph_frac", "spread", "graph_spread", "max_err", "status")
+COLUMNS = (
+    "dtype",
+    "M",
+    "N",
+    "provider",
+    "ms",
+    "graph_ms",
+    "host_us",
+    "gbps",
+    "graph_gbps",
+    "frac_of_copy",
+    "graph_frac",
+    "spread",
+    "graph_spread",
+    "max_err",
+    "status",
+)
 
 
 def require_gpu(what: str = "this measurement") -> None:
     """Stop with a clear message on a machine without a GPU."""
     if not ON_GPU:
-        raise RuntimeError(f"{what} measures on a GPU, and this run has none (kernels run in Triton's interpreter, "
-                           f"which says nothing about speed): use the recorded data (live=False).")
+        raise RuntimeError(
+            f"{what} measures on a GPU, and this run has none (kernels run in Triton's interpreter, "
+            f"which says nothing about speed): use the recorded data (live=False)."
+        )
 
 
 def exit_without_gpu(what: str, recorded: str = "figures/data/") -> None:
     """For a benchmark's command line: on a machine without a GPU, say so and exit with status 2."""
     if not ON_GPU:
-        print(f"{what} needs an NVIDIA GPU, and this machine has none (kernels would run in Triton's "
-              f"interpreter, which says nothing about speed). Run it on a GPU machine; the recorded "
-              f"results are in {recorded}.", file=sys.stderr)
+        print(
+            f"{what} needs an NVIDIA GPU, and this machine has none (kernels would run in Triton's "
+            f"interpreter, which says nothing about speed). Run it on a GPU machine; the recorded "
+            f"results are in {recorded}.",
+            file=sys.stderr,
+        )
         raise SystemExit(2)
 
 
@@ -106,7 +126,12 @@ def device_facts() -> dict:
     peak = 2 * clock * 1e3 * bus / 8 / 1e9 if clock and bus else float("nan")
     nbytes = 2 * x.numel() * x.element_size()
     del x, y
-    return {**props, "copy_gbps_1GiB": nbytes / e / 1e6, "copy_graph_gbps_1GiB": nbytes / g / 1e6, "dram_peak_gbps": peak}
+    return {
+        **props,
+        "copy_gbps_1GiB": nbytes / e / 1e6,
+        "copy_graph_gbps_1GiB": nbytes / g / 1e6,
+        "dram_peak_gbps": peak,
+    }
 
 
 def check_against_reference(out: torch.Tensor, ref64: torch.Tensor, dtype) -> float:
@@ -147,8 +172,16 @@ def providers(course: bool = True, peers: bool = True) -> dict:
         if liger_softmax is not None:
             p["liger"] = liger_softmax
     if course:
-        p.update({"fused": K.softmax_fused, "online": K.softmax_online, "persistent": K.softmax_persistent,
-                  "split": K.softmax_split, "split_coop": K.softmax_split_coop, "softmax": K.softmax})
+        p.update(
+            {
+                "fused": K.softmax_fused,
+                "online": K.softmax_online,
+                "persistent": K.softmax_persistent,
+                "split": K.softmax_split,
+                "split_coop": K.softmax_split_coop,
+                "softmax": K.softmax,
+            }
+        )
     return p
 
 
@@ -160,11 +193,16 @@ def failed(e: BaseException) -> str:
 
 def _failure(e: BaseException) -> str:
     status = failed(e)
-    return "n/a: row longer than the kernel's single block" if "keeps a whole row" in status or "cannot hold" in status else status
+    return (
+        "n/a: row longer than the kernel's single block"
+        if "keeps a whole row" in status or "cannot hold" in status
+        else status
+    )
 
 
-def measure_shape(M: int, N: int, dtype, provs: dict, *, seed: int = 0, rounds: int = 3, quick: bool = False,
-                  host: bool = True) -> list[dict]:
+def measure_shape(
+    M: int, N: int, dtype, provs: dict, *, seed: int = 0, rounds: int = 3, quick: bool = False, host: bool = True
+) -> list[dict]:
     """Check every provider at one (M, N) shape, then time copy and every provider: GPU time,
     eager time (``rounds`` interleaved rounds, so a slow spell of the GPU hits all of them alike;
     medians kept) and host time per call. Rows have the ``COLUMNS`` keys."""
@@ -206,13 +244,34 @@ def measure_shape(M: int, N: int, dtype, provs: dict, *, seed: int = 0, rounds: 
     for name, row in rows.items():
         if name in fns:
             ms, gms = median(eager[name]), median(graph[name])
-            row.update(ms=ms, graph_ms=gms, gbps=nbytes / ms / 1e6, graph_gbps=nbytes / gms / 1e6,
-                       frac_of_copy=median(eager["copy"]) / ms, graph_frac=median(graph["copy"]) / gms,
-                       spread=spread(eager[name]), graph_spread=spread(graph[name]),
-                       host_us=host_us(lambda fn=fns[name]: fn(x)) if host else float("nan"))
+            row.update(
+                ms=ms,
+                graph_ms=gms,
+                gbps=nbytes / ms / 1e6,
+                graph_gbps=nbytes / gms / 1e6,
+                frac_of_copy=median(eager["copy"]) / ms,
+                graph_frac=median(graph["copy"]) / gms,
+                spread=spread(eager[name]),
+                graph_spread=spread(graph[name]),
+                host_us=host_us(lambda fn=fns[name]: fn(x)) if host else float("nan"),
+            )
         else:
-            row.update({k: float("nan") for k in ("ms", "graph_ms", "host_us", "gbps", "graph_gbps", "frac_of_copy",
-                                                  "graph_frac", "spread", "graph_spread")})
+            row.update(
+                {
+                    k: float("nan")
+                    for k in (
+                        "ms",
+                        "graph_ms",
+                        "host_us",
+                        "gbps",
+                        "graph_gbps",
+                        "frac_of_copy",
+                        "graph_frac",
+                        "spread",
+                        "graph_spread",
+                    )
+                }
+            )
         out_rows.append({k: row[k] for k in COLUMNS})
     del x, y, ref
     torch.cuda.empty_cache()
@@ -253,7 +312,9 @@ def interleaved(fns: dict, rounds: int = 3, timer=None) -> dict:
 
 def rounded(rows: list[dict], digits: int = 6) -> list[dict]:
     """Rows with their floats rounded (for a CSV)."""
-    return [{k: (round(v, digits) if isinstance(v, float) and math.isfinite(v) else v) for k, v in r.items()} for r in rows]
+    return [
+        {k: (round(v, digits) if isinstance(v, float) and math.isfinite(v) else v) for k, v in r.items()} for r in rows
+    ]
 
 
 def progress(items, desc: str):

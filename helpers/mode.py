@@ -91,7 +91,7 @@ TRITON_LINUX_MACHINES = ("x86_64", "aarch64")
 #: Where the kernel lessons run when this machine cannot: one sentence, the same everywhere.
 WHERE_KERNELS_RUN = (
     "lessons 01-02 run here; for the kernel lessons (03-08) use Linux, WSL2 on Windows, a Linux "
-    "GPU machine reached over SSH (README, \"On a remote GPU machine\": `make lab ARGS=\"--port 8888\"` "
+    'GPU machine reached over SSH (README, "On a remote GPU machine": `make lab ARGS="--port 8888"` '
     "there and an SSH tunnel), or a cloud notebook such as Colab (clone the course there and run "
     "`pip install -r requirements.txt`)"
 )
@@ -111,8 +111,13 @@ def platform_lacks_triton(system: str | None = None, machine: str | None = None)
     return system or "this platform"
 
 
-def kernels_unavailable_message(what: str = "The course's kernels", *, system: str | None = None,
-                                machine: str | None = None, error: str | None = None) -> str:
+def kernels_unavailable_message(
+    what: str = "The course's kernels",
+    *,
+    system: str | None = None,
+    machine: str | None = None,
+    error: str | None = None,
+) -> str:
     """One line: what needs Triton, why this machine has none, and where to go instead."""
     what = what[:1].upper() + what[1:]
     lacks = platform_lacks_triton(system, machine)
@@ -146,8 +151,14 @@ def require_kernels(what: str = "This lesson") -> None:
 
 
 #: helpers' modules that need Triton (they import it, or a module that does).
-KERNEL_MODULES = ("helpers.launch", "helpers.kernels", "helpers.ops", "helpers.measure", "helpers.tuning",
-                  "helpers.peers")
+KERNEL_MODULES = (
+    "helpers.launch",
+    "helpers.kernels",
+    "helpers.ops",
+    "helpers.measure",
+    "helpers.tuning",
+    "helpers.peers",
+)
 _KERNEL_LESSON = re.compile(r"helpers\.lesson(0[3-9]|[1-9]\d)$")
 
 
@@ -155,7 +166,8 @@ def is_kernel_module(fullname: str) -> bool:
     """True for a helpers module that needs Triton: ``KERNEL_MODULES``, their submodules, and the
     kernel lessons' modules (helpers.lesson03 and up)."""
     return bool(_KERNEL_LESSON.match(fullname)) or any(
-        fullname == m or fullname.startswith(m + ".") for m in KERNEL_MODULES)
+        fullname == m or fullname.startswith(m + ".") for m in KERNEL_MODULES
+    )
 
 
 class _KernelModuleGuard:
@@ -179,8 +191,10 @@ def banner() -> str:
     if not HAS_TRITON:
         return f"Kernels run on: nothing here (no Triton: lessons 01-02 only) | torch {_major_minor(torch.__version__)} | {py}"
     where = f"GPU ({gpu_name()})" if ON_GPU else "Triton interpreter on the CPU (no GPU)"
-    return (f"Kernels run on: {where} | torch {_major_minor(torch.__version__)} | "
-            f"triton {_major_minor(triton.__version__)} | {py}")
+    return (
+        f"Kernels run on: {where} | torch {_major_minor(torch.__version__)} | "
+        f"triton {_major_minor(triton.__version__)} | {py}"
+    )
 
 
 def describe() -> str:

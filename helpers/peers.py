@@ -13,8 +13,16 @@ from .mode import ON_GPU
 
 
 @triton.jit
-def tutorial_softmax_kernel(output_ptr, input_ptr, input_row_stride, output_row_stride, n_rows, n_cols,
-                            BLOCK_SIZE: tl.constexpr, num_stages: tl.constexpr):
+def tutorial_softmax_kernel(
+    output_ptr,
+    input_ptr,
+    input_row_stride,
+    output_row_stride,
+    n_rows,
+    n_cols,
+    BLOCK_SIZE: tl.constexpr,
+    num_stages: tl.constexpr,
+):
     # The official tutorial's kernel (triton-lang.org, "Fused Softmax"), unchanged.
     row_start = tl.program_id(0)
     row_step = tl.num_programs(0)
@@ -47,14 +55,28 @@ def tutorial_softmax(x: torch.Tensor) -> torch.Tensor:
     BLOCK_SIZE = triton.next_power_of_2(n_cols)
     num_warps = 8
     props = torch.cuda.get_device_properties(x.device)
-    size_smem, num_regs, num_sm = props.shared_memory_per_multiprocessor, props.regs_per_multiprocessor, props.multi_processor_count
+    size_smem, num_regs, num_sm = (
+        props.shared_memory_per_multiprocessor,
+        props.regs_per_multiprocessor,
+        props.multi_processor_count,
+    )
     num_stages = 4 if size_smem > 200000 else 2
     y = torch.empty_like(x)
     key = (BLOCK_SIZE, x.dtype)
     kernel, num_programs = _TUTORIAL_KERNELS.get(key, (None, 0))
     if kernel is None:
-        kernel = tutorial_softmax_kernel.warmup(y, x, x.stride(0), y.stride(0), n_rows, n_cols, BLOCK_SIZE=BLOCK_SIZE,
-                                                num_stages=num_stages, num_warps=num_warps, grid=(1,))
+        kernel = tutorial_softmax_kernel.warmup(
+            y,
+            x,
+            x.stride(0),
+            y.stride(0),
+            n_rows,
+            n_cols,
+            BLOCK_SIZE=BLOCK_SIZE,
+            num_stages=num_stages,
+            num_warps=num_warps,
+            grid=(1,),
+        )
         kernel._init_handles()
         occupancy = num_regs // (kernel.n_regs * 32 * num_warps)
         if kernel.metadata.shared:

@@ -10,17 +10,30 @@ import io
 
 import matplotlib
 
-matplotlib.use("Agg") if not matplotlib.get_backend().lower().startswith(("module://matplotlib_inline", "inline")) else None
+matplotlib.use("Agg") if not matplotlib.get_backend().lower().startswith(
+    ("module://matplotlib_inline", "inline")
+) else None
 import matplotlib.pyplot as plt  # noqa: E402
 
 from .gpu_data import FIGURES_DIR  # noqa: E402
 
 #: One color per provider/kernel, the same in every figure of the course.
 COLORS = {
-    "copy": "#444444", "torch_naive": "#d62728", "naive": "#d62728", "torch_softmax": "#1f77b4",
-    "torch_compile": "#17becf", "fused": "#ff7f0e", "three_pass": "#bcbd22", "online": "#2ca02c",
-    "persistent": "#9467bd", "softmax": "#000000", "split": "#e377c2", "split_coop": "#8c564b", "tiled": "#7f7f7f",
-    "triton_tutorial": "#e6ab02", "liger": "#7570b3",
+    "copy": "#444444",
+    "torch_naive": "#d62728",
+    "naive": "#d62728",
+    "torch_softmax": "#1f77b4",
+    "torch_compile": "#17becf",
+    "fused": "#ff7f0e",
+    "three_pass": "#bcbd22",
+    "online": "#2ca02c",
+    "persistent": "#9467bd",
+    "softmax": "#000000",
+    "split": "#e377c2",
+    "split_coop": "#8c564b",
+    "tiled": "#7f7f7f",
+    "triton_tutorial": "#e6ab02",
+    "liger": "#7570b3",
 }
 
 #: How each provider is named in tables and legends, the same in every lesson.
@@ -72,8 +85,16 @@ def set_n_axis(ax, ns, label_text: str = "N (columns per row)") -> None:
     ax.set_xlabel(label_text)
 
 
-STYLE = {"figure.dpi": 100, "savefig.dpi": 120, "axes.grid": True, "grid.alpha": 0.3, "axes.spines.top": False,
-         "axes.spines.right": False, "font.size": 10, "svg.hashsalt": "softmax-course"}
+STYLE = {
+    "figure.dpi": 100,
+    "savefig.dpi": 120,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "font.size": 10,
+    "svg.hashsalt": "softmax-course",
+}
 plt.rcParams.update(STYLE)
 
 
@@ -109,19 +130,51 @@ def show(fig):
         plt.close(fig)
 
 
-def rescale_bars(ax, blocks, old, alpha, added, first, name: str, factor: str = "×", ticks=None,
-                 rescaled_label: str | None = None, added_label: str = "+ this block's sum", headroom: float = 1.25):
+def rescale_bars(
+    ax,
+    blocks,
+    old,
+    alpha,
+    added,
+    first,
+    name: str,
+    factor: str = "×",
+    ticks=None,
+    rescaled_label: str | None = None,
+    added_label: str = "+ this block's sum",
+    headroom: float = 1.25,
+):
     """The online update of a running sum, one group of bars per block (lessons 04 and 07): the sum
     before the block (hatched), the same sum times the rescale factor, and the block's own sum on top.
     ``first`` marks blocks with no rescale to print (the first finite maximum)."""
     rescaled = [o * a for o, a in zip(old, alpha)]
     new = [r + a for r, a in zip(rescaled, added)]
-    ax.bar([i - 0.2 for i in blocks], old, width=0.35, color="white", edgecolor="#888888", hatch="//",
-           label=f"{name} before the block")
-    ax.bar([i + 0.2 for i in blocks], rescaled, width=0.35, color="#c7e9c0", edgecolor="#555555",
-           label=rescaled_label or f"{name} {factor} rescale")
-    ax.bar([i + 0.2 for i in blocks], added, width=0.35, bottom=rescaled, color=COLORS["online"], edgecolor="#555555",
-           label=added_label)
+    ax.bar(
+        [i - 0.2 for i in blocks],
+        old,
+        width=0.35,
+        color="white",
+        edgecolor="#888888",
+        hatch="//",
+        label=f"{name} before the block",
+    )
+    ax.bar(
+        [i + 0.2 for i in blocks],
+        rescaled,
+        width=0.35,
+        color="#c7e9c0",
+        edgecolor="#555555",
+        label=rescaled_label or f"{name} {factor} rescale",
+    )
+    ax.bar(
+        [i + 0.2 for i in blocks],
+        added,
+        width=0.35,
+        bottom=rescaled,
+        color=COLORS["online"],
+        edgecolor="#555555",
+        label=added_label,
+    )
     top = max(max(new), max(old))
     for i, o, a, n, f in zip(blocks, old, alpha, new, first):
         ax.text(i + 0.2, n + top * 0.03, f"{name} = {n:.3f}", ha="center", fontsize=8.5)

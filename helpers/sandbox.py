@@ -117,8 +117,12 @@ def _python_fn(k):
 
 def is_jit_function(v) -> bool:
     """A ``@triton.jit`` object (compiled or interpreted), recognized without Triton's private types."""
-    return (not isinstance(v, type) and type(v).__module__.split(".")[0] == "triton"
-            and inspect.isfunction(_python_fn(v)) and _python_fn(v) is not v)
+    return (
+        not isinstance(v, type)
+        and type(v).__module__.split(".")[0] == "triton"
+        and inspect.isfunction(_python_fn(v))
+        and _python_fn(v) is not v
+    )
 
 
 def _names_in(src: str) -> list[str]:
@@ -151,11 +155,15 @@ def kernel_spec(k, _depth: int = 0):
         src = textwrap.dedent(inspect.getsource(fn))
         top = ast.parse(src).body
     except (OSError, TypeError, SyntaxError) as e:
-        raise SandboxError(f"cannot find the source of the kernel {fn.__name__!r} ({e}): define it in a "
-                           "notebook cell or a file (and run that again if its file changed)") from None
+        raise SandboxError(
+            f"cannot find the source of the kernel {fn.__name__!r} ({e}): define it in a "
+            "notebook cell or a file (and run that again if its file changed)"
+        ) from None
     if len(top) != 1 or not isinstance(top[0], ast.FunctionDef) or top[0].name != fn.__name__:
-        raise SandboxError(f"the source of the kernel {fn.__name__!r} changed since it was defined: run the cell "
-                           "(or reload the module) that defines it again")
+        raise SandboxError(
+            f"the source of the kernel {fn.__name__!r} changed since it was defined: run the cell "
+            "(or reload the module) that defines it again"
+        )
     scope = dict(fn.__globals__)
     scope.update(zip(fn.__code__.co_freevars, (c.cell_contents for c in fn.__closure__ or ())))
     env = {}
@@ -198,14 +206,23 @@ class _Packer:
                 u8 = torch.empty(0, dtype=torch.uint8, device=v.device).set_(st)
                 self.u8.append(u8)
                 self.data.append(u8.detach().cpu().numpy().tobytes())
-            return ("tensor", self.keys[key], v.storage_offset(), tuple(v.shape), tuple(v.stride()), v.dtype,
-                    str(v.device))
+            return (
+                "tensor",
+                self.keys[key],
+                v.storage_offset(),
+                tuple(v.shape),
+                tuple(v.stride()),
+                v.dtype,
+                str(v.device),
+            )
         if isinstance(v, (tuple, list)):
             return ("seq", type(v) is tuple, [self.pack(u) for u in v])
         try:
             return ("value", pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL))
         except Exception as e:
-            raise SandboxError(f"cannot send a kernel argument of type {type(v).__name__} to the worker ({e})") from None
+            raise SandboxError(
+                f"cannot send a kernel argument of type {type(v).__name__} to the worker ({e})"
+            ) from None
 
 
 def static_grid(kernel, grid, args, kwargs) -> tuple:
@@ -231,8 +248,9 @@ class _Worker:
         if INTERPRETER:
             env["TRITON_INTERPRET"] = "1"
         t0 = time.perf_counter()
-        self.proc = subprocess.Popen([sys.executable, "-m", "helpers.sandbox"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, env=env, cwd=root)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "helpers.sandbox"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=root
+        )
         try:
             self.info = self._reply(START_TIMEOUT)
         except KernelTimeout:
@@ -395,8 +413,7 @@ def _build(spec):
     if spec[0] == "import":
         return getattr(importlib.import_module(spec[1]), spec[2])
     _, name, src, env = spec
-    ns = {"__name__": "__learner__", "__builtins__": builtins, "triton": triton, "tl": tl, "torch": torch,
-          "math": math}
+    ns = {"__name__": "__learner__", "__builtins__": builtins, "triton": triton, "tl": tl, "torch": torch, "math": math}
     for gname, gspec in env.items():
         try:
             if gspec[0] == "module":
@@ -459,9 +476,14 @@ def _error(e) -> dict:
         pickle.loads(pickled)
     except Exception:
         pickled = None
-    return {"type": type(e).__name__, "module": type(e).__module__, "message": str(e), "pickled": pickled,
-            "not_implemented": any(isinstance(c, NotImplementedError) for c in _chain(e))
-            or "NotImplementedError" in str(e)}
+    return {
+        "type": type(e).__name__,
+        "module": type(e).__module__,
+        "message": str(e),
+        "pickled": pickled,
+        "not_implemented": any(isinstance(c, NotImplementedError) for c in _chain(e))
+        or "NotImplementedError" in str(e),
+    }
 
 
 _KERNELS: dict = {}
@@ -529,9 +551,9 @@ def _handle(msg):
     for i, b in enumerate(bufs):
         h = b.cpu().numpy()
         n = len(storages[i])
-        if h[:SLACK].tobytes() != _FF or h[SLACK + n:].tobytes() != _FF:
+        if h[:SLACK].tobytes() != _FF or h[SLACK + n :].tobytes() != _FF:
             outside.append(i)
-        back.append(h[SLACK:SLACK + n].tobytes())
+        back.append(h[SLACK : SLACK + n].tobytes())
     if kind == "ok" and outside:
         return ("wrote-outside", back, out, "your kernel wrote outside the memory of the tensors it was given", None)
     return (kind, back, out, err, traffic)

@@ -16,7 +16,9 @@ def source_of(obj) -> str:
     try:
         src = inspect.getsource(fn)
     except (TypeError, OSError) as e:
-        raise TypeError(f"show_source: cannot find the source of {obj!r} ({e}); pass a function defined in a file.") from e
+        raise TypeError(
+            f"show_source: cannot find the source of {obj!r} ({e}); pass a function defined in a file."
+        ) from e
     return textwrap.dedent(src).rstrip() + "\n"
 
 

@@ -129,12 +129,26 @@ class Traffic:
         many times over the tensor that is."""
         import pandas as pd
 
-        rows = [{"tensor": n, "bytes read": self.read[n], "bytes written": self.written[n],
-                 "times read": round(self.times_read(n), 3), "times written": round(self.times_written(n), 3)}
-                for n in self.names]
+        rows = [
+            {
+                "tensor": n,
+                "bytes read": self.read[n],
+                "bytes written": self.written[n],
+                "times read": round(self.times_read(n), 3),
+                "times written": round(self.times_written(n), 3),
+            }
+            for n in self.names
+        ]
         if self.read["(other)"] or self.written["(other)"]:
-            rows.append({"tensor": "(other)", "bytes read": self.read["(other)"],
-                         "bytes written": self.written["(other)"], "times read": None, "times written": None})
+            rows.append(
+                {
+                    "tensor": "(other)",
+                    "bytes read": self.read["(other)"],
+                    "bytes written": self.written["(other)"],
+                    "times read": None,
+                    "times written": None,
+                }
+            )
         return pd.DataFrame(rows).set_index("tensor")
 
     def __repr__(self) -> str:
@@ -174,15 +188,19 @@ class counting:
         except ImportError as e:
             raise KernelsUnavailable(kernels_unavailable_message("Counting a kernel's traffic")) from e
         if os.environ.get("TRITON_INTERPRET") != "1":
-            raise RuntimeError("counting() counts what Triton's interpreter executes, and kernels here are compiled for "
-                               "a GPU: set TRITON_INTERPRET=1 before importing helpers (a new Python process).")
+            raise RuntimeError(
+                "counting() counts what Triton's interpreter executes, and kernels here are compiled for "
+                "a GPU: set TRITON_INTERPRET=1 before importing helpers (a new Python process)."
+            )
         builder = interpreter.interpreter_builder
         missing = [h for h in HOOKS if not hasattr(builder, h)]
         if missing:
             import triton
 
-            raise RuntimeError(f"counting(): this Triton ({triton.__version__}) has no interpreter {missing}; "
-                               f"it works with Triton 3.6 to 3.9 (tests/test_traffic.py).")
+            raise RuntimeError(
+                f"counting(): this Triton ({triton.__version__}) has no interpreter {missing}; "
+                f"it works with Triton 3.6 to 3.9 (tests/test_traffic.py)."
+            )
         t = self.traffic
         orig = {h: getattr(builder, h) for h in HOOKS}
 
@@ -229,7 +247,7 @@ CAVEATS = {
     "few programs": "fewer programs than SMs: most of the GPU idles, and a prediction from bytes is too short",
     "short programs": "under 16 KiB a program: latency, not bandwidth, sets the time (launch, ramp, one short wave)",
     "in L2": "the tensors it reads fit in L2: replayed calls re-read them from there (and a row read again soon after "
-             "its first read comes from L2 or L1), so the bytes it counts are not all DRAM bytes",
+    "its first read comes from L2 or L1), so the bytes it counts are not all DRAM bytes",
     "outside the recorded copies": "smaller or larger than every recorded copy: its speed is the nearest one's",
 }
 SMS = 132  # the H100's and the H200's
@@ -316,11 +334,15 @@ def learner_line(launches: list, *, compute_bound: bool = False) -> str:
     one_pass = size_in + size_out
     moved = read_in + written_out + other
     scale = REFERENCE_INPUT_BYTES / size_in
-    us = {gpu: (predict(max(1, int(moved * scale)), gpu)["us"], predict(int(one_pass * scale), gpu)["us"])
-          for gpu in ("h200", "h100")}
+    us = {
+        gpu: (predict(max(1, int(moved * scale)), gpu)["us"], predict(int(one_pass * scale), gpu)["us"])
+        for gpu in ("h200", "h100")
+    }
     about = "at least" if compute_bound else "about"
-    floor = (" Its matmuls, not its bytes, set its time: the bytes give only a floor." if compute_bound else "")
-    return (f"Traffic: your kernel reads its input {_times(read_in / size_in)} and writes its output "
-            f"{_times(written_out / size_out)}: {moved / one_pass:.2f}x the bytes of one pass. With 64 MiB of input, at "
-            f"the recorded copy's speed: {about} {us['h200'][0]:.0f} µs on an H200 and {us['h100'][0]:.0f} on an H100 "
-            f"(one pass: {us['h200'][1]:.0f} and {us['h100'][1]:.0f}).{floor}")
+    floor = " Its matmuls, not its bytes, set its time: the bytes give only a floor." if compute_bound else ""
+    return (
+        f"Traffic: your kernel reads its input {_times(read_in / size_in)} and writes its output "
+        f"{_times(written_out / size_out)}: {moved / one_pass:.2f}x the bytes of one pass. With 64 MiB of input, at "
+        f"the recorded copy's speed: {about} {us['h200'][0]:.0f} µs on an H200 and {us['h100'][0]:.0f} on an H100 "
+        f"(one pass: {us['h200'][1]:.0f} and {us['h100'][1]:.0f}).{floor}"
+    )

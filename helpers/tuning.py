@@ -97,8 +97,18 @@ def tiled_rule(block_n: int, element_size: int) -> TiledConfig:
 def coop_candidates() -> list[tuple[int, int]]:
     """(columns per slice, warps): from 16 to 64 columns a thread (fewer columns a thread, fewer
     registers, so more programs an SM; more, fewer slices a row to wait for)."""
-    return [(2048, 2), (2048, 4), (4096, 2), (4096, 4), (4096, 8), (8192, 4), (8192, 8), (8192, 16), (16384, 16),
-            (16384, 32)]
+    return [
+        (2048, 2),
+        (2048, 4),
+        (4096, 2),
+        (4096, 4),
+        (4096, 8),
+        (8192, 4),
+        (8192, 8),
+        (8192, 16),
+        (16384, 16),
+        (16384, 32),
+    ]
 
 
 def coop_rule(n_rows: int) -> CoopConfig:
@@ -111,7 +121,8 @@ def recorded_path(gpu_name: str) -> Path:
 
 def cache_path(gpu_name: str) -> Path:
     root = os.environ.get("SOFTMAX_COURSE_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "softmax-course")
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "softmax-course"
+    )
     return Path(root) / f"tuning-{gpu_slug(gpu_name)}-triton{triton.__version__}.json"
 
 
@@ -125,8 +136,16 @@ def best_of(rows: list[dict]) -> tuple[dict, dict]:
         if r["kind"] == "tiled":
             k = (int(r["element_size"]), int(r["N"]))
             if k not in tiled or r["graph_ms"] < tiled[k][0]:
-                tiled[k] = (r["graph_ms"], TiledConfig(int(r["block_m"]), int(r["num_warps"]), int(r["num_stages"]),
-                                                       int(r["programs_per_sm"]), "recorded"))
+                tiled[k] = (
+                    r["graph_ms"],
+                    TiledConfig(
+                        int(r["block_m"]),
+                        int(r["num_warps"]),
+                        int(r["num_stages"]),
+                        int(r["programs_per_sm"]),
+                        "recorded",
+                    ),
+                )
         elif r["kind"] == "coop":
             k = (r["dtype"], int(r["M"]), int(r["N"]))
             if k not in coop or r["graph_ms"] < coop[k][0]:
@@ -163,9 +182,12 @@ def tables(gpu_name: str) -> dict:
 
 def _save(gpu_name: str) -> None:
     t = _TABLES[gpu_name]
-    data = {"gpu": gpu_name, "triton": triton.__version__,
-            "tiled": {f"{es},{bn}": list(c[:4]) for (es, bn), c in t["tiled"].items() if c.source == "tuned"},
-            "coop": {f"{d},{M},{N}": list(c[:2]) for (d, M, N), c in t["coop"].items() if c.source == "tuned"}}
+    data = {
+        "gpu": gpu_name,
+        "triton": triton.__version__,
+        "tiled": {f"{es},{bn}": list(c[:4]) for (es, bn), c in t["tiled"].items() if c.source == "tuned"},
+        "coop": {f"{d},{M},{N}": list(c[:2]) for (d, M, N), c in t["coop"].items() if c.source == "tuned"},
+    }
     path = cache_path(gpu_name)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -211,8 +233,12 @@ def nearest_coop(coop: dict, dtype_name: str, n_rows: int, n_cols: int):
     keys = [k for k in coop if k[0] == dtype_name]
     if not keys:
         return None
-    return min(keys, key=lambda k: abs(math.log2(k[1]) - math.log2(max(n_rows, 1)))
-               + abs(math.log2(k[2]) - math.log2(max(n_cols, 1))))
+    return min(
+        keys,
+        key=lambda k: (
+            abs(math.log2(k[1]) - math.log2(max(n_rows, 1))) + abs(math.log2(k[2]) - math.log2(max(n_cols, 1)))
+        ),
+    )
 
 
 def coop_config(n_rows: int, n_cols: int, dtype: torch.dtype, tune=None) -> CoopConfig:
@@ -282,40 +308,69 @@ def _time_candidates(x: torch.Tensor, candidates: list) -> tuple[object, list[di
 
 
 def _row(kind: str, dtype: torch.dtype, M: int, N: int, **config) -> dict:
-    row = dict(kind=kind, dtype=str(dtype).replace("torch.", ""), element_size=dtype.itemsize, M=M, N=N,
-               block_m="", num_warps="", num_stages="", programs_per_sm="", slice_cols="", graph_ms="",
-               graph_frac="", status="ok")
+    row = dict(
+        kind=kind,
+        dtype=str(dtype).replace("torch.", ""),
+        element_size=dtype.itemsize,
+        M=M,
+        N=N,
+        block_m="",
+        num_warps="",
+        num_stages="",
+        programs_per_sm="",
+        slice_cols="",
+        graph_ms="",
+        graph_frac="",
+        status="ok",
+    )
     row.update(config)
     return row
 
 
-def autotune_tiled(block_n: int, dtype: torch.dtype, softmax_tiled, M: int = TUNE_ROWS,
-                   device: str = "cuda") -> tuple[TiledConfig, list[dict]]:
+def autotune_tiled(
+    block_n: int, dtype: torch.dtype, softmax_tiled, M: int = TUNE_ROWS, device: str = "cuda"
+) -> tuple[TiledConfig, list[dict]]:
     """Time every candidate for rows of ``block_n`` columns (GPU time, an M x block_n input checked
     against float64 first) with ``softmax_tiled(x, block_m, num_warps, num_stages, programs_per_sm)``
     and return (the fastest, the rows of the sweep)."""
     x = torch.randn(M, block_n, device=device, dtype=dtype)
-    best, rows = _time_candidates(x, [
-        (_row("tiled", dtype, M, block_n, block_m=bm, num_warps=w, num_stages=st, programs_per_sm=pps),
-         lambda bm=bm, w=w, st=st, pps=pps: softmax_tiled(x, bm, w, st, pps), TiledConfig(bm, w, st, pps, "tuned"))
-        for bm, w, st, pps in tiled_candidates(block_n, dtype.itemsize)])
+    best, rows = _time_candidates(
+        x,
+        [
+            (
+                _row("tiled", dtype, M, block_n, block_m=bm, num_warps=w, num_stages=st, programs_per_sm=pps),
+                lambda bm=bm, w=w, st=st, pps=pps: softmax_tiled(x, bm, w, st, pps),
+                TiledConfig(bm, w, st, pps, "tuned"),
+            )
+            for bm, w, st, pps in tiled_candidates(block_n, dtype.itemsize)
+        ],
+    )
     return best or tiled_rule(block_n, dtype.itemsize), rows
 
 
-def autotune_coop(M: int, N: int, dtype: torch.dtype, softmax_split_coop,
-                  device: str = "cuda") -> tuple[CoopConfig, list[dict]]:
+def autotune_coop(
+    M: int, N: int, dtype: torch.dtype, softmax_split_coop, device: str = "cuda"
+) -> tuple[CoopConfig, list[dict]]:
     """Time every (slice, warps) candidate of the cooperative kernel at one long-row shape with
     ``softmax_split_coop(x, slice_cols, num_warps)``."""
     x = torch.randn(M, N, device=device, dtype=dtype)
-    best, rows = _time_candidates(x, [
-        (_row("coop", dtype, M, N, num_warps=w, slice_cols=sl), lambda sl=sl, w=w: softmax_split_coop(x, sl, w),
-         CoopConfig(sl, w, "tuned"))
-        for sl, w in coop_candidates()])
+    best, rows = _time_candidates(
+        x,
+        [
+            (
+                _row("coop", dtype, M, N, num_warps=w, slice_cols=sl),
+                lambda sl=sl, w=w: softmax_split_coop(x, sl, w),
+                CoopConfig(sl, w, "tuned"),
+            )
+            for sl, w in coop_candidates()
+        ],
+    )
     return best or coop_rule(M), rows
 
 
-def sweep(softmax_tiled, softmax_split_coop, dtypes=(torch.float32, torch.bfloat16),
-          device: str = "cuda") -> list[dict]:
+def sweep(
+    softmax_tiled, softmax_split_coop, dtypes=(torch.float32, torch.bfloat16), device: str = "cuda"
+) -> list[dict]:
     """Every class, every candidate, on this GPU: the rows of ``figures/data/tuning_<gpu>.csv``.
     The tuner's entry point (``python tools/bench.py tune``) passes the two wrappers it tunes:
     ``helpers.kernels.softmax_tiled`` and ``helpers.kernels.softmax_split_coop``."""

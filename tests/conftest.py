@@ -18,10 +18,11 @@ import os
 import sys
 from pathlib import Path
 
-import helpers  # noqa: F401  (must come first: it decides interpreter vs GPU)
 import pytest
 import torch
 from hypothesis import HealthCheck, Phase, settings
+
+import helpers  # noqa: F401  (must come first: it decides interpreter vs GPU)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
 
@@ -66,8 +67,7 @@ def pytest_configure(config):
     config.addinivalue_line("filterwarnings", r"ignore::RuntimeWarning:triton\.runtime\.interpreter")
     config.addinivalue_line(
         "markers",
-        "slow: executes whole notebooks in a Jupyter kernel (part of `make test`; "
-        'deselect locally with -m "not slow")',
+        'slow: executes whole notebooks in a Jupyter kernel (part of `make test`; deselect locally with -m "not slow")',
     )
 
 

@@ -14,12 +14,13 @@ import importlib.util
 import math
 from pathlib import Path
 
-import helpers
 import pytest
 import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
+
+import helpers
 from helpers import DEVICE
 from helpers._versions import _parse as _parse_version
 
@@ -147,8 +148,9 @@ def test_naive_attention_matches_reference():
     for causal in (False, True):
         q, k, v = make((2, 2), 12, 12, 16, seed=4)
         ref, _ = reference(q, k, v, causal)
-        torch.testing.assert_close(helpers.kernels.naive_attention(q, k, v, causal=causal).double().cpu(), ref.cpu(),
-                                   atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(
+            helpers.kernels.naive_attention(q, k, v, causal=causal).double().cpu(), ref.cpu(), atol=1e-5, rtol=1e-5
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -166,11 +168,16 @@ def run_kernel(kernel, q, k, v, causal=False, scale=None, config=None):
     return A._launcher(plan, q, k, v)(q, k, v)
 
 
-@pytest.mark.parametrize("config", TMA_SMALL, ids=lambda c: f"{c.block_m}x{c.block_n}{'ws' if c.warp_specialize else ''}")
+@pytest.mark.parametrize(
+    "config", TMA_SMALL, ids=lambda c: f"{c.block_m}x{c.block_n}{'ws' if c.warp_specialize else ''}"
+)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("shape", [((2,), 50, 70, 16), ((1, 3), 77, 77, 32), ((2,), 64, 64, 64), ((), 17, 5, 128),
-                                   ((2,), 1, 129, 64)], ids=lambda s: f"{s[0]}x{s[1]}x{s[2]}xD{s[3]}")
+@pytest.mark.parametrize(
+    "shape",
+    [((2,), 50, 70, 16), ((1, 3), 77, 77, 32), ((2,), 64, 64, 64), ((), 17, 5, 128), ((2,), 1, 129, 64)],
+    ids=lambda s: f"{s[0]}x{s[1]}x{s[2]}xD{s[3]}",
+)
 def test_tma_kernel_matches_float64(shape, causal, dtype, config):
     lead, sq, sk, d = shape
     if causal and sq != sk:
@@ -398,7 +405,7 @@ def test_the_3d_grid_covers_every_block_once(causal):
     triples = [tuple(t) for t in got.view(-1, 3).tolist()]
     assert sorted(triples) == [(m, h, z) for m in range(num_m) for h in range(H) for z in range(Z)]
     for i in range(0, len(triples), num_m):  # one head at a time along the first dimension
-        head = triples[i:i + num_m]
+        head = triples[i : i + num_m]
         assert len({(h, z) for _, h, z in head}) == 1
         assert [m for m, _, _ in head] == sorted(range(num_m), reverse=causal)
 
@@ -422,7 +429,7 @@ def test_program_order_covers_every_block_once(num_m, n_hz, group, causal):
     assert sorted(pairs) == [(m, h) for m in range(num_m) for h in range(n_hz)]
     size = min(group, n_hz)
     for first in range(0, n_hz, size):  # one group after another
-        part = pairs[first * num_m:(first + min(size, n_hz - first)) * num_m]
+        part = pairs[first * num_m : (first + min(size, n_hz - first)) * num_m]
         assert {h for _, h in part} == set(range(first, min(first + size, n_hz)))
         blocks = [m for m, _ in part]
         assert blocks == sorted(blocks, reverse=causal)
@@ -484,23 +491,50 @@ BAD = {
     "v is None": (_bad(v=None), TypeError, r"v must be a torch.Tensor"),
     "integer q": (_bad(q=GOOD[0].long()), TypeError, r"q has dtype torch.int64.*float16, bfloat16 or float32"),
     "bool k": (_bad(k=GOOD[1].bool()), TypeError, r"k has dtype torch.bool"),
-    "float64": (_bad(q=GOOD[0].double(), k=GOOD[1].double(), v=GOOD[2].double()), TypeError,
-                r"q is float64.*q.float\(\)"),
+    "float64": (
+        _bad(q=GOOD[0].double(), k=GOOD[1].double(), v=GOOD[2].double()),
+        TypeError,
+        r"q is float64.*q.float\(\)",
+    ),
     "1-d q": (_bad(q=GOOD[0][0, 0]), ValueError, r"at least 2 dimensions.*unsqueeze"),
     "mixed devices": (_bad(k=torch.empty(2, 9, 16, device="meta")), ValueError, r"one device.*\.to\(q.device\)"),
-    "mixed dtypes": (_bad(k=GOOD[1].half()), TypeError, r"one dtype.*torch.float32, torch.float16 and torch.float32.*k.to\(q.dtype\)"),
+    "mixed dtypes": (
+        _bad(k=GOOD[1].half()),
+        TypeError,
+        r"one dtype.*torch.float32, torch.float16 and torch.float32.*k.to\(q.dtype\)",
+    ),
     "head dims differ": (_bad(k=GOOD[1][..., :8]), ValueError, r"same head dim.*16, 8 and 16"),
     "v's head dim differs": (_bad(v=torch.cat([GOOD[2], GOOD[2]], -1)), ValueError, r"same head dim"),
-    "unsupported D=48": (_bad(q=torch.zeros(2, 8, 48, device=DEVICE), k=torch.zeros(2, 9, 48, device=DEVICE),
-                              v=torch.zeros(2, 9, 48, device=DEVICE)), ValueError,
-                         r"head dim 48 is not supported.*\(16, 32, 64, 128\).*pad q, k and v with zeros up to 64"),
-    "unsupported D=256": (_bad(q=torch.zeros(1, 4, 256, device=DEVICE), k=torch.zeros(1, 4, 256, device=DEVICE),
-                               v=torch.zeros(1, 4, 256, device=DEVICE)), ValueError, r"head dim 256 is not supported"),
+    "unsupported D=48": (
+        _bad(
+            q=torch.zeros(2, 8, 48, device=DEVICE),
+            k=torch.zeros(2, 9, 48, device=DEVICE),
+            v=torch.zeros(2, 9, 48, device=DEVICE),
+        ),
+        ValueError,
+        r"head dim 48 is not supported.*\(16, 32, 64, 128\).*pad q, k and v with zeros up to 64",
+    ),
+    "unsupported D=256": (
+        _bad(
+            q=torch.zeros(1, 4, 256, device=DEVICE),
+            k=torch.zeros(1, 4, 256, device=DEVICE),
+            v=torch.zeros(1, 4, 256, device=DEVICE),
+        ),
+        ValueError,
+        r"head dim 256 is not supported",
+    ),
     "k and v key counts": (_bad(v=GOOD[2][:, :5]), ValueError, r"same number of keys.*9 and 5"),
-    "leading dims differ": (_bad(k=GOOD[1][:1], v=GOOD[2][:1]), ValueError,
-                            r"same leading dimensions.*\(2,\), \(1,\) and \(1,\).*expand"),
+    "leading dims differ": (
+        _bad(k=GOOD[1][:1], v=GOOD[2][:1]),
+        ValueError,
+        r"same leading dimensions.*\(2,\), \(1,\) and \(1,\).*expand",
+    ),
     "causal not a bool": ({**_bad(), "causal": 1}, TypeError, r"causal must be True or False"),
-    "causal with Sq != Sk": ({**_bad(), "causal": True}, ValueError, r"causal=True needs as many queries as keys.*8.*9"),
+    "causal with Sq != Sk": (
+        {**_bad(), "causal": True},
+        ValueError,
+        r"causal=True needs as many queries as keys.*8.*9",
+    ),
     "scale is nan": ({**_bad(), "scale": float("nan")}, ValueError, r"scale must be a finite number"),
     "scale is inf": ({**_bad(), "scale": float("inf")}, ValueError, r"scale must be a finite number"),
     "scale is a string": ({**_bad(), "scale": "0.1"}, ValueError, r"scale must be a finite number"),
@@ -535,7 +569,7 @@ def test_wrong_device(wrong_device_tensor):
 # The kernel compiles for an H100 (sm_90) without a GPU, pipelined and without register spills
 # --------------------------------------------------------------------------------------------
 
-_COMPILE = r'''
+_COMPILE = r"""
 import json, os, re, subprocess, sys
 os.environ.pop("TRITON_INTERPRET", None)
 import triton, triton.language as tl
@@ -590,7 +624,7 @@ for dt, d, causal, cfg, *more in json.loads(sys.argv[3]):
                 "spills": spills,
                 "async": ttgir.count("async_copy_global_to_local") + ttgir.count("async_tma_copy_global_to_local")})
 print(json.dumps(out))
-'''
+"""
 
 
 def _compile_for_sm90(cases, tmp_path):
@@ -603,8 +637,20 @@ def _compile_for_sm90(cases, tmp_path):
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_DEFAULT_FP_FUSION"] = "1"
-    r = subprocess.run([sys.executable, "-c", _COMPILE, str(ROOT / "helpers" / "kernels" / "attention.py"), str(tmp_path),
-                        json.dumps(cases)], capture_output=True, text=True, env=env, timeout=600)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _COMPILE,
+            str(ROOT / "helpers" / "kernels" / "attention.py"),
+            str(tmp_path),
+            json.dumps(cases),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     if r.returncode != 0 and ("GPUTarget" in r.stderr or "No module named" in r.stderr):
         pytest.skip("this Triton cannot compile for a CUDA target here: " + r.stderr.strip().splitlines()[-1])
     assert r.returncode == 0, r.stderr[-3000:]
@@ -632,8 +678,13 @@ def test_kernel_compiles_for_an_h100_without_spills(tmp_path):
         pytest.skip("on a GPU every other test compiles the kernel for real")
     pytest.importorskip("triton.backends.nvidia")
     cases = []
-    for dt, d, causal in [(torch.float16, 64, False), (torch.bfloat16, 128, True), (torch.float16, 16, True),
-                          (torch.float32, 128, False), (torch.float32, 32, True)]:
+    for dt, d, causal in [
+        (torch.float16, 64, False),
+        (torch.bfloat16, 128, True),
+        (torch.float16, 16, True),
+        (torch.float32, 128, False),
+        (torch.float32, 32, True),
+    ]:
         cfg = A.attention_config(dt, d, interpreter=False)
         cases.append([str(dt).replace("torch.", ""), d, causal, list(cfg)])
     for dt in (torch.float16, torch.bfloat16):

@@ -13,18 +13,29 @@ import subprocess
 import sys
 from pathlib import Path
 
-import helpers
+import backward_bench  # tools/backward_bench.py
 import pytest
 import torch
-import backward_bench  # tools/backward_bench.py
+
+import helpers
 from helpers import gpu_data, lesson08
 from helpers.kernels import dispatch
-from helpers.kernels.backward import (BACKWARD_TILED_MAX_COLS, backward_plan, softmax_backward_coop,
-                                      softmax_backward_looped, softmax_backward_tiled)
+from helpers.kernels.backward import (
+    BACKWARD_TILED_MAX_COLS,
+    backward_plan,
+    softmax_backward_coop,
+    softmax_backward_looped,
+    softmax_backward_tiled,
+)
 from helpers.mode import DEVICE
 
 ROOT = Path(__file__).resolve().parent.parent
-TOL = {torch.float32: (1e-6, 1e-5), torch.float16: (2e-3, 1e-2), torch.bfloat16: (1.6e-2, 5e-2), torch.float64: (1e-12, 1e-10)}
+TOL = {
+    torch.float32: (1e-6, 1e-5),
+    torch.float16: (2e-3, 1e-2),
+    torch.bfloat16: (1.6e-2, 5e-2),
+    torch.float64: (1e-12, 1e-10),
+}
 
 
 def formula(y, dy):
@@ -60,8 +71,11 @@ def test_backward_matches_the_formula(shape, dtype):
     assert_backward_ok(helpers.softmax_backward(y, dy), y, dy)
 
 
-@pytest.mark.parametrize("fn", [softmax_backward_tiled, lambda y, dy: softmax_backward_looped(y, dy, 16),
-                                softmax_backward_looped], ids=["tiled", "looped16", "looped"])
+@pytest.mark.parametrize(
+    "fn",
+    [softmax_backward_tiled, lambda y, dy: softmax_backward_looped(y, dy, 16), softmax_backward_looped],
+    ids=["tiled", "looped16", "looped"],
+)
 @pytest.mark.parametrize("shape", [(5, 37), (130, 8), (3, 1), (2, 100)])
 def test_both_kernels(fn, shape):
     y, dy = pair(shape)
@@ -112,7 +126,9 @@ def test_long_rows_are_split_across_programs():
         assert plan.delegate is softmax_backward_looped
     assert_backward_ok(helpers.softmax_backward(y, dy), y, dy)
     y, dy = pair((2, 64))
-    assert backward_plan(helpers.launch.Rows.of(y, dy)).launches[0].kernel is helpers.kernels.softmax_backward_tiled_kernel
+    assert (
+        backward_plan(helpers.launch.Rows.of(y, dy)).launches[0].kernel is helpers.kernels.softmax_backward_tiled_kernel
+    )
 
 
 def test_the_tile_rule_and_its_exceptions():
@@ -149,7 +165,7 @@ def test_the_tile_rule_and_its_exceptions():
     assert_backward_ok(helpers.softmax_backward(y, dy), y, dy)
 
 
-_COMPILE_TILE = r'''
+_COMPILE_TILE = r"""
 import json, os, re, subprocess, sys
 os.environ.pop("TRITON_INTERPRET", None)
 import triton, triton.language as tl
@@ -177,7 +193,7 @@ for block_n, warps in json.loads(sys.argv[3]):
     m = re.search(r"(\d+) bytes spill stores", r.stderr)
     out.append({"block_n": block_n, "warps": warps, "spills": int(m.group(1)) if m else None})
 print(json.dumps(out))
-'''
+"""
 
 
 def test_the_float32_long_row_tile_compiles_for_an_h100(tmp_path):
@@ -193,8 +209,20 @@ def test_the_float32_long_row_tile_compiles_for_an_h100(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_DEFAULT_FP_FUSION"] = "1"
     cases = [[16384, 8], [32768, 8], [32768, 16], [32768, 32]]
-    r = subprocess.run([sys.executable, "-c", _COMPILE_TILE, str(ROOT / "helpers" / "kernels" / "backward.py"),
-                        str(tmp_path), json.dumps(cases)], capture_output=True, text=True, env=env, timeout=600)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _COMPILE_TILE,
+            str(ROOT / "helpers" / "kernels" / "backward.py"),
+            str(tmp_path),
+            json.dumps(cases),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     if r.returncode != 0 and ("GPUTarget" in r.stderr or "No module named" in r.stderr):
         pytest.skip("this Triton cannot compile for a CUDA target here: " + r.stderr.strip().splitlines()[-1])
     assert r.returncode == 0, r.stderr[-3000:]
@@ -511,14 +539,17 @@ def test_bench_rows_fractions_and_failures():
             call()  # sets current[0] to the provider being timed
             order.append(key)
             return times[current[0]] * (1000 if key == "host_us" else 1)
+
         return t
 
     current = [None]
     wrapped = {}
     for name, fn in provs.items():
+
         def w(y, dy, out, fn=fn, name=name):
             current[0] = name
             return fn(y, dy, out)
+
         wrapped[name] = w
     timers = {"ms": timing("ms"), "graph_ms": timing("graph_ms"), "host_us": timing("host_us")}
     rows = backward_bench.measure(4, 33, torch.float32, wrapped, timers=timers, device=DEVICE)
@@ -537,17 +568,24 @@ def test_bench_rows_fractions_and_failures():
 def test_bench_spread_is_max_minus_min_over_the_median_of_the_rounds():
     ticks = iter([1.0, 2.0, 1.2, 1.0, 1.1, 1.0] * 10)  # copy and course alternate: copy 1.0/1.2/1.1, course 2.0/1.0/1.0
     provs = {k: v for k, v in backward_bench.providers().items() if k in ("copy", "course")}
-    rows = backward_bench.measure(2, 16, torch.float32, provs, timers={"graph_ms": lambda call: next(ticks)}, device=DEVICE)
+    rows = backward_bench.measure(
+        2, 16, torch.float32, provs, timers={"graph_ms": lambda call: next(ticks)}, device=DEVICE
+    )
     by = {r["provider"]: r for r in rows}
     assert by["copy"]["graph_ms"] == 1.1 and math.isclose(by["copy"]["graph_spread"], (1.2 - 1.0) / 1.1, abs_tol=1e-6)
     assert by["course"]["graph_ms"] == 1.0 and math.isclose(by["course"]["graph_spread"], 1.0)
-    assert math.isclose(by["course"]["graph_frac"], 1.5 * 1.1 / 1.0, abs_tol=1e-6) and math.isnan(by["course"]["spread"])
+    assert math.isclose(by["course"]["graph_frac"], 1.5 * 1.1 / 1.0, abs_tol=1e-6) and math.isnan(
+        by["course"]["spread"]
+    )
 
 
 def test_bench_a_failing_timer_is_reported_not_raised():
     def boom(call):
         raise RuntimeError("capture failed")
-    rows = backward_bench.measure(2, 16, torch.float32, timers={"ms": lambda call: 1.0, "graph_ms": boom}, device=DEVICE)
+
+    rows = backward_bench.measure(
+        2, 16, torch.float32, timers={"ms": lambda call: 1.0, "graph_ms": boom}, device=DEVICE
+    )
     for r in rows:
         assert r["ms"] == 1.0 and math.isnan(r["graph_ms"]) and "capture failed" in r["status"]
         assert math.isnan(r["graph_frac"])
@@ -561,8 +599,9 @@ def test_bench_bfloat16_tolerance_accepts_the_course_and_torch():
 @pytest.mark.skipif(helpers.ON_GPU, reason="on a GPU the benchmark runs for real")
 def test_bench_without_a_gpu_says_so(tmp_path):
     out = tmp_path / "backward.csv"
-    r = subprocess.run([sys.executable, "tools/backward_bench.py", str(out)], cwd=ROOT, capture_output=True,
-                       text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "tools/backward_bench.py", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 2 and "needs an NVIDIA GPU" in r.stderr and not out.exists()
 
 
@@ -571,7 +610,9 @@ def test_the_recordings_are_not_faked():
     it moved to tools/), with a spread for every timing."""
     paths = sorted(gpu_data.DATA_DIR.glob("backward_h[0-9]*.csv"))  # the benchmark's, one per GPU
     assert {p.name for p in paths} >= {"backward_h100.csv", "backward_h200.csv"}
-    probes = sorted(gpu_data.DATA_DIR.glob("backward_boundary_*.csv")) + sorted(gpu_data.DATA_DIR.glob("backward_rows_*.csv"))
+    probes = sorted(gpu_data.DATA_DIR.glob("backward_boundary_*.csv")) + sorted(
+        gpu_data.DATA_DIR.glob("backward_rows_*.csv")
+    )
     assert len(probes) >= 4
     for p in probes:  # lesson 08's probes of the split boundary and of the rows that fit
         rows, meta = gpu_data.read_csv(p)
@@ -584,8 +625,9 @@ def test_the_recordings_are_not_faked():
         assert ok and all(math.isfinite(float(r["graph_spread"])) for r in ok), p.name
         # the one provider allowed to fail: Liger, which refuses rows over 65536 columns
         refused = [r for r in rows if r["status"] != "ok"]
-        assert all(r["provider"] == "liger_backward" and int(r["N"]) > 65536 and "65536" in r["status"]
-                   for r in refused), p.name
+        assert all(
+            r["provider"] == "liger_backward" and int(r["N"]) > 65536 and "65536" in r["status"] for r in refused
+        ), p.name
 
 
 def test_bench_gpu_timers_reach_helpers_measure(monkeypatch):

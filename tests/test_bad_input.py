@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import functools
 
-import helpers
-import helpers.kernels as K
 import numpy as np
 import pytest
 import torch
+
+import helpers
+import helpers.kernels as K
 from helpers import DEVICE, MAX_FUSED_COLS, gpu_data, traffic
 
 GOOD = torch.tensor([[1.0, 2.0, 3.0], [0.5, -1.0, 4.0]], device=DEVICE)
@@ -197,11 +198,14 @@ def test_tiled_block_m_is_checked(block_m):
 
 
 @pytest.mark.skipif(not hasattr(K, "softmax_split"), reason="no softmax_split yet")
-@pytest.mark.parametrize("kwargs", [dict(slices=0), dict(slices=2.0), dict(block_size=3), dict(block_size=0)],
-                         ids=["slices=0", "slices=2.0", "bs=3", "bs=0"])
+@pytest.mark.parametrize(
+    "kwargs",
+    [dict(slices=0), dict(slices=2.0), dict(block_size=3), dict(block_size=0)],
+    ids=["slices=0", "slices=2.0", "bs=3", "bs=0"],
+)
 def test_split_arguments_are_checked(kwargs):
     """As for the looped kernels: block_size=0 is an error, not the default."""
-    (arg, value), = kwargs.items()
+    ((arg, value),) = kwargs.items()
     with pytest.raises(ValueError, match=arg):
         K.softmax_split(GOOD, **kwargs)
 
@@ -219,8 +223,9 @@ def test_long_rows_point_to_softmax_online(name):
 
 
 def _special_input():
-    x = torch.tensor([[1.0, float("-inf"), 2.0, 0.5], [float("nan"), 1.0, 2.0, 3.0],
-                      [float("-inf")] * 4], device=DEVICE)
+    x = torch.tensor(
+        [[1.0, float("-inf"), 2.0, 0.5], [float("nan"), 1.0, 2.0, 3.0], [float("-inf")] * 4], device=DEVICE
+    )
     return x
 
 
@@ -257,8 +262,13 @@ def test_assert_matches_reference_modifies_neither_argument():
 # Accounting helpers
 # ------------------------------------------------------------------------------------------
 
-PROPS = {"regs_per_sm": 65536, "shared_per_sm": 233472, "max_threads_per_sm": 2048,
-         "max_blocks_per_sm": 32, "warp_size": 32}
+PROPS = {
+    "regs_per_sm": 65536,
+    "shared_per_sm": 233472,
+    "max_threads_per_sm": 2048,
+    "max_blocks_per_sm": 32,
+    "warp_size": 32,
+}
 
 
 @pytest.mark.parametrize("missing", list(PROPS))

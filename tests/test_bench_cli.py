@@ -25,10 +25,16 @@ def test_bench_summary_compares_softmax_with_the_best_peer():
     """GPU time and eager time are compared separately: the best peer of each may differ."""
     from bench import summary
 
-    row = lambda p, g, e: dict(dtype="float32", M=4, N=8, provider=p, graph_frac=g, frac_of_copy=e, host_us=7.0,
-                               status="ok")
-    rows = [row("torch_softmax", 0.5, 0.8), row("torch_compile", 0.75, 0.6), row("liger", 0.7, 0.5),
-            row("softmax", 0.9, 0.95), dict(row("triton_tutorial", 0.99, 0.99), status="failed: x")]
+    row = lambda p, g, e: dict(
+        dtype="float32", M=4, N=8, provider=p, graph_frac=g, frac_of_copy=e, host_us=7.0, status="ok"
+    )
+    rows = [
+        row("torch_softmax", 0.5, 0.8),
+        row("torch_compile", 0.75, 0.6),
+        row("liger", 0.7, 0.5),
+        row("softmax", 0.9, 0.95),
+        dict(row("triton_tutorial", 0.99, 0.99), status="failed: x"),
+    ]
     line = summary(rows).splitlines()[1]
     assert "0.900 0.950" in line
     assert "0.750 (torch_compile)" in line and "0.800 (torch_softmax)" in line  # a failed peer never counts
@@ -38,6 +44,7 @@ def test_bench_summary_compares_softmax_with_the_best_peer():
 def test_make_figures_finds_every_lessons_figures_and_the_benchmarks():
     """`make figures` (tools/figures.py) draws each lesson module's FIGURES and tools/bench_plots.py's."""
     import bench_plots
+
     import figures
     from helpers import lesson01, lesson08
 

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import re
 
-import helpers
 import pandas as pd
 import pytest
+from bench import HELD_OUT_SHAPES as HELD_OUT  # tools/bench.py's shapes
 from claims import cell_with, code_cell_with, prose, quotes
 from claims import notebook as claims_notebook
-from bench import HELD_OUT_SHAPES as HELD_OUT  # tools/bench.py's shapes
+
+import helpers
 from helpers import data, lesson05
 
 L, D = "05", "05d"  # the core lesson and its deep dive
@@ -32,8 +33,7 @@ def ok():
 def bench():
     b = data.load("bench", gpu="h100")
     held_out = [s for s in HELD_OUT if s != (300, 100000)]  # the lesson's: rows that long are lesson 06's
-    b["group"] = ["held-out" if s in held_out else "M=4096" if s[0] == 4096 else "long rows"
-                  for s in zip(b.M, b.N)]
+    b["group"] = ["held-out" if s in held_out else "M=4096" if s[0] == 4096 else "long rows" for s in zip(b.M, b.N)]
     return b
 
 
@@ -47,9 +47,21 @@ def test_occupancy_worked_example(ok):
     occ = helpers.occupancy(int(k.n_regs), int(k.shared), int(k.num_warps), PROPS)
     text = cell_with(L, "Each limit is a number of programs.")
     per_warp = -(-k.n_regs * 32 // 256) * 256
-    for v in (k.n_regs, per_warp, PROPS["regs_per_sm"], occ["limits"]["registers"], PROPS["shared_per_sm"], k.shared,
-              PROPS["reserved_shared_per_block"], occ["limits"]["shared memory"], PROPS["max_threads_per_sm"],
-              occ["limits"]["threads"], occ["limits"]["blocks"], SMS, occ["programs_per_sm"] * SMS):
+    for v in (
+        k.n_regs,
+        per_warp,
+        PROPS["regs_per_sm"],
+        occ["limits"]["registers"],
+        PROPS["shared_per_sm"],
+        k.shared,
+        PROPS["reserved_shared_per_block"],
+        occ["limits"]["shared memory"],
+        PROPS["max_threads_per_sm"],
+        occ["limits"]["threads"],
+        occ["limits"]["blocks"],
+        SMS,
+        occ["programs_per_sm"] * SMS,
+    ):
         quotes(text, n(int(v)))
     assert per_warp == k.n_regs * 32 and occ["limited_by"] == "shared memory"
     quotes(text, f"{occ['programs_per_sm']} programs per SM, limited by shared memory")
@@ -80,7 +92,7 @@ def test_sweep_against_the_driver(ok):
 
 
 def test_waves(ok):
-    warps = helpers.num_warps_for(1024)
+    warps = helpers.num_warps_for(1024)  # noqa: F841  (the query's @warps)
     default = ok.query("N == 1024 and num_warps == @warps and num_stages == 2").iloc[0]
     resident = SMS * default.programs_per_sm
     text = cell_with(L, "run in 32 waves")
@@ -112,7 +124,7 @@ def test_tuning_summary(ok):
     text = cell_with(L, "What the maps and the tables say")
     by_shape = ok.groupby(["M", "N"]).graph_frac
     within = ok.graph_frac.ge(0.95 * by_shape.transform("max")).groupby([ok.M, ok.N]).sum()
-    quotes(text, "{}, {} and {} of the 24".format(within[(16384, 1024)], within[(4096, 4096)], within[(4096, 16384)]))
+    quotes(text, f"{within[(16384, 1024)]}, {within[(4096, 4096)]} and {within[(4096, 16384)]} of the 24")
     assert (by_shape.size() == 24).all()
     quotes(text, f"down to {by_shape.min().min():.2f}")
     short32 = ok.query("N == 1024 and num_warps == 32")
@@ -127,19 +139,29 @@ def test_tuning_summary(ok):
 def test_what_the_stages_did(ok):
     text = cell_with(D, "Stages mostly change little")
     one = ok.query("num_stages == 1").set_index(["M", "N", "num_warps"])
-    more = ok.query("num_stages > 1").sort_values("graph_frac").groupby(["M", "N", "num_warps"]).tail(1) \
+    more = (
+        ok.query("num_stages > 1")
+        .sort_values("graph_frac")
+        .groupby(["M", "N", "num_warps"])
+        .tail(1)
         .set_index(["M", "N", "num_warps"])
+    )
     gain = more.graph_frac - one.graph_frac
     big = gain[gain.abs() > 0.1]
     assert sorted(big.index) == [(4096, 16384, 2), (16384, 1024, 16)]
     quotes(text, f"16384 × 1024 with 16 warps ({big[(16384, 1024, 16)]:+.2f})")
     quotes(text, f"4096 × 16384 with 2 warps ({big[(4096, 16384, 2)]:+.2f})")
     w16 = ok.query("M == 16384 and N == 1024 and num_warps == 16").set_index("num_stages")
-    quotes(text, f"from {w16.n_regs[1]} to {w16.n_regs[3]} from 3 stages on, at the same {w16.programs_per_sm[1]} programs")
+    quotes(
+        text, f"from {w16.n_regs[1]} to {w16.n_regs[3]} from 3 stages on, at the same {w16.programs_per_sm[1]} programs"
+    )
     assert w16.n_regs[2] == w16.n_regs[1] and w16.n_regs[4] == w16.n_regs[3] and w16.programs_per_sm.nunique() == 1
     w2 = ok.query("M == 4096 and N == 16384 and num_warps == 2").set_index("num_stages")
-    quotes(text, f"2 stages took {w2.n_regs[2]} registers with {w2.n_spills[2]} spills instead of {w2.n_regs[1]} "
-                 f"with {w2.n_spills[1]}, and {w2.programs_per_sm[2]} programs per SM instead of {w2.programs_per_sm[1]}")
+    quotes(
+        text,
+        f"2 stages took {w2.n_regs[2]} registers with {w2.n_spills[2]} spills instead of {w2.n_regs[1]} "
+        f"with {w2.n_spills[1]}, and {w2.programs_per_sm[2]} programs per SM instead of {w2.programs_per_sm[1]}",
+    )
     # everything else: within a few hundredths, which one timing does not resolve
     assert gain.drop(big.index).abs().max() < 0.06
 
@@ -147,7 +169,10 @@ def test_what_the_stages_did(ok):
 def test_fractions_above_one_are_explained(bench):
     text = cell_with(L, "Fractions above 1.0 are not faster than memory")
     quotes(text, f"{PROPS['l2_bytes'] / 2**20:.0f} MiB L2")
-    quotes(text, f"{4096 * 1024 * 4 / 2**20:.0f} and {4096 * 2048 * 4 / 2**20:.0f} MiB (4096 × 1024 and 4096 × 2048 float32)")
+    quotes(
+        text,
+        f"{4096 * 1024 * 4 / 2**20:.0f} and {4096 * 2048 * 4 / 2**20:.0f} MiB (4096 × 1024 and 4096 × 2048 float32)",
+    )
     quotes(text, f"{PROPS['copy_graph_gbps_1GiB'] / 1000:.2f} TB/s")
     quotes(text, f"about {PROPS['copy_gbps_1GiB'] / 1000:.1f} eager")
     copy = bench.query("provider == 'copy' and dtype == 'float32' and group != 'long rows'")
@@ -191,7 +216,7 @@ def test_run_to_run():
     r = other.iloc[0]
     quotes(text, f"1 is `torch.softmax` ({r.change:+.0%}, at {r['dtype']} {r.M} × {r.N})")
     quotes(text, "within 5% of each other")  # the margin the verdicts use
-    assert "[0, 0.95, 1.05, float(\"inf\")]" in code_cell_with(L, "def against_peers(")
+    assert '[0, 0.95, 1.05, float("inf")]' in code_cell_with(L, "def against_peers(")
 
 
 def against_peers(rows):
@@ -199,9 +224,15 @@ def against_peers(rows):
     gpu = rows.pivot(index=["M", "N"], columns="provider", values="graph_frac")
     spread = rows.pivot(index=["M", "N"], columns="provider", values="graph_spread")
     best = gpu[peers].idxmax(axis=1)
-    cmp = pd.DataFrame({"best peer": best, "ratio": gpu.softmax / gpu[peers].max(axis=1), "fused": gpu.softmax / gpu.fused,
-                        "noisy": data.noisy(spread.softmax) | pd.Series([data.noisy(spread.at[i, p]) for i, p in best.items()],
-                                                                       index=best.index)})
+    cmp = pd.DataFrame(
+        {
+            "best peer": best,
+            "ratio": gpu.softmax / gpu[peers].max(axis=1),
+            "fused": gpu.softmax / gpu.fused,
+            "noisy": data.noisy(spread.softmax)
+            | pd.Series([data.noisy(spread.at[i, p]) for i, p in best.items()], index=best.index),
+        }
+    )
     cmp["verdict"] = pd.cut(cmp.ratio, [0, 0.95, 1.05, float("inf")], labels=["behind", "level", "ahead"]).astype(str)
     return cmp
 
@@ -227,8 +258,14 @@ def test_peers_on_held_out_shapes(bench):
     behind = {d: c[c.verdict == "behind"] for d, c in cmp.items()}
     assert list(behind["float32"].index) == [(2048, 3000)] and len(behind["bfloat16"]) == 3
     assert all((b["best peer"] == "liger").all() for b in behind.values())
-    quotes(text, "behind Liger-Kernel by more than the noise at 2048 × 3000 in float32 and at three of four shapes in bfloat16")
-    quotes(text, f"ratios down to {behind['float32'].ratio.min():.2f} in float32 and {behind['bfloat16'].ratio.min():.2f} in bfloat16")
+    quotes(
+        text,
+        "behind Liger-Kernel by more than the noise at 2048 × 3000 in float32 and at three of four shapes in bfloat16",
+    )
+    quotes(
+        text,
+        f"ratios down to {behind['float32'].ratio.min():.2f} in float32 and {behind['bfloat16'].ratio.min():.2f} in bfloat16",
+    )
     below_fused = cmp["bfloat16"][cmp["bfloat16"].fused < 0.95]
     assert list(below_fused.index) == [(1000, 700), (2048, 3000)] and (cmp["float32"].fused >= 0.95).all()
     quotes(text, "in bfloat16 at 1000 × 700 and 2048 × 3000 behind the course's own fused kernel too")
@@ -250,8 +287,9 @@ def test_the_core_shows_the_tiled_kernel_before_judging_the_library_and_no_later
 
 def test_long_rows(bench):
     text = cell_with(D, "With 1024 and 256 rows there are more programs than SMs")
-    long = bench.query("dtype == 'float32' and group == 'long rows'").pivot(index="M", columns="provider",
-                                                                          values="graph_frac")
+    long = bench.query("dtype == 'float32' and group == 'long rows'").pivot(
+        index="M", columns="provider", values="graph_frac"
+    )
     quotes(text, f"({1024 / SMS:.2f} and {256 / SMS:.2f} per SM)")
     quotes(text, f"({64 / SMS:.2f} and {8 / SMS:.2f} per SM)")
     spills = data.load("fused_limits").query("dtype == 'float32' and status == 'ok'").set_index("N").n_spills
@@ -263,7 +301,10 @@ def test_long_rows(bench):
     required, limit = map(int, re.search(r"Required: (\d+); Hardware limit: (\d+)", failure).groups())
     assert required == (2 - 1) * 65536 * 4 + 4 * helpers.num_warps_for(65536)
     quotes(text, f"{n(required)} bytes in all, more than the {n(limit)}")
-    quotes(text, f"plus {4 * helpers.num_warps_for(65536)} bytes for the reductions of {helpers.num_warps_for(65536)} warps")
+    quotes(
+        text,
+        f"plus {4 * helpers.num_warps_for(65536)} bytes for the reductions of {helpers.num_warps_for(65536)} warps",
+    )
 
 
 def test_tiled_tuning_and_the_rule():
@@ -278,10 +319,15 @@ def test_tiled_tuning_and_the_rule():
     cfg = ["block_m", "num_warps", "num_stages", "programs_per_sm"]
     best_config = lambda t: t.sort_values("graph_ms").groupby(["dtype", "N"]).head(1).set_index(["dtype", "N"])  # noqa: E731
     best = best_config(tiled)
-    rule = pd.DataFrame([helpers.tuning.tiled_rule(n_, 4 if d == "float32" else 2)[:4] for d, n_ in best.index],
-                        index=best.index, columns=cfg)
+    rule = pd.DataFrame(
+        [helpers.tuning.tiled_rule(n_, 4 if d == "float32" else 2)[:4] for d, n_ in best.index],
+        index=best.index,
+        columns=cfg,
+    )
     ms = tiled.set_index(["dtype", "N", *cfg]).graph_ms
-    rule_ms = pd.Series([ms[(d, n_, *c)] for (d, n_), c in zip(rule.index, rule.itertuples(index=False))], index=rule.index)
+    rule_ms = pd.Series(
+        [ms[(d, n_, *c)] for (d, n_), c in zip(rule.index, rule.itertuples(index=False))], index=rule.index
+    )
     text = cell_with(D, "The rule gives the H100's recorded choice")
     quotes(text, f"in {(best[cfg] == rule).all(axis=1).sum()} of {len(best)} classes")
     quotes(text, f"at worst {(best.graph_ms / rule_ms).min():.2f} of the best")
@@ -291,8 +337,9 @@ def test_tiled_tuning_and_the_rule():
     def share_on(a, b):
         ms_b = b.set_index(["dtype", "N", *cfg]).graph_ms
         choice = best_config(a)[cfg]
-        on_b = pd.Series([ms_b[(d, n_, *c)] for (d, n_), c in zip(choice.index, choice.itertuples(index=False))],
-                         index=choice.index)
+        on_b = pd.Series(
+            [ms_b[(d, n_, *c)] for (d, n_), c in zip(choice.index, choice.itertuples(index=False))], index=choice.index
+        )
         return best_config(b).graph_ms / on_b
 
     same = (best_config(tiled)[cfg] == best_config(h200)[cfg]).all(axis=1)
@@ -308,7 +355,9 @@ def test_a_plain_launch_against_the_wrapper():
     text = cell_with(L, "A plain launch of the fused kernel alone costs")
     fastest, jit = launch.host_us_min, "kernel[grid](...) (Triton's JIT)"
     quotes(text, f"costs {fastest[jit]:.1f} µs of host time in its fastest round")
-    quotes(text, f"too, {fastest['helpers.softmax_fused']:.1f}, close to `torch.softmax`'s {fastest['torch.softmax']:.1f}")
+    quotes(
+        text, f"too, {fastest['helpers.softmax_fused']:.1f}, close to `torch.softmax`'s {fastest['torch.softmax']:.1f}"
+    )
     # not only the fastest rounds: the wrapper's median is faster than the plain launch's fastest round
     assert launch.host_us["helpers.softmax_fused"] < fastest[jit]
 
@@ -326,13 +375,24 @@ def test_launch_costs():
     assert (wrappers.host_us_min > wrappers.graph_us).all()
     text = cell_with(D, "Even in its fastest round, every wrapper")
     quotes(text, f"up to {spread[launch.kind == 'wrapper'].max():.0%}")
-    for case, fmt in (("torch.softmax", "`torch.softmax` {:.1f} µs"), ("helpers.softmax", "`helpers.softmax` {:.1f}"),
-                      ("Triton tutorial", "Triton tutorial {:.1f}"), ("Liger-Kernel", "Liger-Kernel {:.1f}")):
+    for case, fmt in (
+        ("torch.softmax", "`torch.softmax` {:.1f} µs"),
+        ("helpers.softmax", "`helpers.softmax` {:.1f}"),
+        ("Triton tutorial", "Triton tutorial {:.1f}"),
+        ("Liger-Kernel", "Liger-Kernel {:.1f}"),
+    ):
         quotes(text, wrappers.host_us_min[case], fmt)
 
 
 def test_launch_bound(bench):
-    hosts = ["torch_softmax", "torch_compile", "triton_tutorial", "liger", "fused", "softmax"]
+    hosts = [  # noqa: F841  (the query's @hosts)
+        "torch_softmax",
+        "torch_compile",
+        "triton_tutorial",
+        "liger",
+        "fused",
+        "softmax",
+    ]
     calls = bench.query("dtype == 'float32' and M == 4096 and status == 'ok' and provider in @hosts")
     host = calls.pivot(index="N", columns="provider", values="host_us")
     gpu_us = calls.pivot(index="N", columns="provider", values="graph_ms") * 1e3
@@ -351,7 +411,9 @@ def test_eager_and_the_l2_clear(bench):
     quotes(text, f"and {eager.softmax[1024] / eager.liger[1024]:.2f} of it in eager time")
     assert 4096 * 1024 * 4 == 16 * 2**20 and "16 MiB" in text
 
-    short = bench.query("provider != 'copy' and status == 'ok' and graph_ms < 0.030").dropna(subset=["host_us", "spread"])
+    short = bench.query("provider != 'copy' and status == 'ok' and graph_ms < 0.030").dropna(
+        subset=["host_us", "spread"]
+    )
     low = short[short.host_us < 15]
     high = short[short.host_us >= 35]
     text = cell_with(D, "With host paths under 15 µs")
@@ -365,8 +427,19 @@ def test_no_history_in_either_notebook(nb):
     """No debugging story, "before / now", branch or scratch script: not in the prose, nor in what the cells print
     (the provenance lines)."""
     text = prose(nb)
-    for phrase in ("earlier recording", "before the fix", "probe recorded", "commit", "the tiled kernel before",
-                   "tiled kernel now", "scratch_", "scratch script", "not kept", "wip/", "branch"):
+    for phrase in (
+        "earlier recording",
+        "before the fix",
+        "probe recorded",
+        "commit",
+        "the tiled kernel before",
+        "tiled kernel now",
+        "scratch_",
+        "scratch script",
+        "not kept",
+        "wip/",
+        "branch",
+    ):
         assert phrase not in text, phrase
     outputs = "\n".join("".join(o.get("text", "")) for c in claims_notebook(nb)["cells"] for o in c.get("outputs", []))
     for phrase in ("scratch", "wip/", "branch", "bench_runs", "before)", "now)"):

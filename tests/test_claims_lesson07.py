@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 import torch
 from claims import cell_with, prose, quotes
+
 from helpers import data, lesson07
 from helpers.kernels.attention import TmaConfig, attention_config, heads_per_group, tma_config
 
@@ -48,12 +49,21 @@ def shares(tf, noisy):
     long = tf.query("S >= 4096")
     sdpa = long.filter(like="sdpa")
     fastest = sdpa.max(axis=1)
-    share = pd.DataFrame({"of cuDNN": long.course / long.sdpa_cudnn, "of the fastest SDPA": long.course / fastest,
-                          "of the tutorial": long.course / long.tutorial})
+    share = pd.DataFrame(
+        {
+            "of cuDNN": long.course / long.sdpa_cudnn,
+            "of the fastest SDPA": long.course / fastest,
+            "of the tutorial": long.course / long.tutorial,
+        }
+    )
     n = noisy.loc[long.index]
-    share_noisy = pd.DataFrame({"of cuDNN": n.course | n.sdpa_cudnn,
-                                "of the fastest SDPA": n.course | n[sdpa.columns].where(sdpa.eq(fastest, axis=0), False).any(axis=1),
-                                "of the tutorial": n.course | n.tutorial})
+    share_noisy = pd.DataFrame(
+        {
+            "of cuDNN": n.course | n.sdpa_cudnn,
+            "of the fastest SDPA": n.course | n[sdpa.columns].where(sdpa.eq(fastest, axis=0), False).any(axis=1),
+            "of the tutorial": n.course | n.tutorial,
+        }
+    )
     return share, share_noisy
 
 
@@ -61,14 +71,24 @@ def shares(tf, noisy):
 def both():
     """Both GPUs' recordings from S = 4K on, as the notebook's cells pivot them: (frac, frac_noisy, t, sp, rows)."""
     rows = pd.concat({g.upper(): data.load("attention", gpu=g) for g in ("h100", "h200")}, names=["gpu", "row"])
-    rec = rows.query("status == 'ok' and S >= 4096").pivot_table(index=["gpu", *KEY], columns="provider",
-                                                                  values=["graph_tflops", "graph_spread"])
+    rec = rows.query("status == 'ok' and S >= 4096").pivot_table(
+        index=["gpu", *KEY], columns="provider", values=["graph_tflops", "graph_spread"]
+    )
     t, sp = rec.graph_tflops, rec.graph_spread
-    frac = pd.DataFrame({"of cuDNN": t.course / t.sdpa_cudnn, "of the tutorial": t.course / t.tutorial,
-                         "pointer kernel, of cuDNN": t.course_pointer / t.sdpa_cudnn})
-    frac_noisy = pd.DataFrame({"of cuDNN": data.noisy(sp[["course", "sdpa_cudnn"]]).any(axis=1),
-                               "of the tutorial": data.noisy(sp[["course", "tutorial"]]).any(axis=1),
-                               "pointer kernel, of cuDNN": data.noisy(sp[["course_pointer", "sdpa_cudnn"]]).any(axis=1)})
+    frac = pd.DataFrame(
+        {
+            "of cuDNN": t.course / t.sdpa_cudnn,
+            "of the tutorial": t.course / t.tutorial,
+            "pointer kernel, of cuDNN": t.course_pointer / t.sdpa_cudnn,
+        }
+    )
+    frac_noisy = pd.DataFrame(
+        {
+            "of cuDNN": data.noisy(sp[["course", "sdpa_cudnn"]]).any(axis=1),
+            "of the tutorial": data.noisy(sp[["course", "tutorial"]]).any(axis=1),
+            "pointer kernel, of cuDNN": data.noisy(sp[["course_pointer", "sdpa_cudnn"]]).any(axis=1),
+        }
+    )
     return frac, frac_noisy, t, sp, rows
 
 
@@ -96,8 +116,10 @@ def test_traffic_numbers(mem):
 
 def test_tile_counts_of_the_figure():
     c = lesson07.tile_counts(512, 512, 128, 64, causal=True)
-    quotes(cell_with(L, "Left, only the last column"), f"{c['skipped']} of {c['total']} tiles are skipped, "
-                                                       f"{c['masked']} need a mask and {c['no mask']} need none")
+    quotes(
+        cell_with(L, "Left, only the last column"),
+        f"{c['skipped']} of {c['total']} tiles are skipped, {c['masked']} need a mask and {c['no mask']} need none",
+    )
 
 
 def test_naive_against_its_traffic_model(att):
@@ -119,7 +141,10 @@ def test_course_against_naive(tf, noisy):
     c = tf.course.unstack("S")  # "they climb with S up to 8K and level off beyond"
     quotes(text, "climb with $S$ up to 8K and level off beyond")
     up, flat = c[8192] / c[1024], c[16384] / c[8192]
-    quotes(text, f"{up.min():.2f} to {up.max():.2f} times as fast at 8K as at 1K, {flat.min():.2f} to {flat.max():.2f} times from 8K to 16K")
+    quotes(
+        text,
+        f"{up.min():.2f} to {up.max():.2f} times as fast at 8K as at 1K, {flat.min():.2f} to {flat.max():.2f} times from 8K to 16K",
+    )
     assert up.min() > 1.05 and (flat - 1).abs().max() < 0.05
 
 
@@ -129,13 +154,22 @@ def test_course_against_cudnn_the_fastest_sdpa_and_the_tutorial(shares, att):
     by_d = clean.groupby("D").agg(["min", "median", "max"])
     text = cell_with(DD, "From 4K on, on the H100")
     c, tut = by_d["of cuDNN"], by_d["of the tutorial"]
-    quotes(text, f"{c.loc[64, 'min']:.2f} to {c.loc[64, 'max']:.2f} of cuDNN's speed at $D$ = 64 and "
-                 f"{c.loc[128, 'min']:.2f} to {c.loc[128, 'max']:.2f} at $D$ = 128 "
-                 f"(medians {c.loc[64, 'median']:.2f} and {c.loc[128, 'median']:.2f})")
-    quotes(text, f"and {tut.loc[64, 'min']:.2f} to {tut.loc[64, 'max']:.2f} and {tut.loc[128, 'min']:.2f} to "
-                 f"{tut.loc[128, 'max']:.2f} of the Triton tutorial's forward")
-    quotes(text, f"the {share_noisy['of cuDNN'].sum()} of cuDNN, the {share_noisy['of the tutorial'].sum()} of the tutorial (and "
-                 f"{share_noisy['of the fastest SDPA'].sum()} of the fastest SDPA backend) out of {len(share)}")
+    quotes(
+        text,
+        f"{c.loc[64, 'min']:.2f} to {c.loc[64, 'max']:.2f} of cuDNN's speed at $D$ = 64 and "
+        f"{c.loc[128, 'min']:.2f} to {c.loc[128, 'max']:.2f} at $D$ = 128 "
+        f"(medians {c.loc[64, 'median']:.2f} and {c.loc[128, 'median']:.2f})",
+    )
+    quotes(
+        text,
+        f"and {tut.loc[64, 'min']:.2f} to {tut.loc[64, 'max']:.2f} and {tut.loc[128, 'min']:.2f} to "
+        f"{tut.loc[128, 'max']:.2f} of the Triton tutorial's forward",
+    )
+    quotes(
+        text,
+        f"the {share_noisy['of cuDNN'].sum()} of cuDNN, the {share_noisy['of the tutorial'].sum()} of the tutorial (and "
+        f"{share_noisy['of the fastest SDPA'].sum()} of the fastest SDPA backend) out of {len(share)}",
+    )
     failed = att[att.provider.eq("tutorial") & att.status.str.startswith("wrong")]
     assert len(failed) == 5 and (failed.causal == 0).all() and failed.status.str.contains("nan").all()
     quotes(text, "failed the float64 check at five shapes, all without a mask (its output held NaNs)")
@@ -144,9 +178,11 @@ def test_course_against_cudnn_the_fastest_sdpa_and_the_tutorial(shares, att):
 def test_the_h200_agrees(both):
     frac, frac_noisy, *_ = both
     r = frac.where(~frac_noisy).loc["H200", "of cuDNN"].groupby("D").agg(["min", "max"])
-    quotes(cell_with(DD, "From 4K on, on the H100"),
-           f"{r.loc[64, 'min']:.2f} to {r.loc[64, 'max']:.2f} of cuDNN at $D$ = 64, "
-           f"{r.loc[128, 'min']:.2f} to {r.loc[128, 'max']:.2f} at $D$ = 128")
+    quotes(
+        cell_with(DD, "From 4K on, on the H100"),
+        f"{r.loc[64, 'min']:.2f} to {r.loc[64, 'max']:.2f} of cuDNN at $D$ = 64, "
+        f"{r.loc[128, 'min']:.2f} to {r.loc[128, 'max']:.2f} at $D$ = 128",
+    )
 
 
 def test_the_descriptor_kernel_before_and_after(both):
@@ -154,8 +190,11 @@ def test_the_descriptor_kernel_before_and_after(both):
     gain = (t.course / t.course_pointer).where(~data.noisy(sp[["course", "course_pointer"]]).any(axis=1))
     g = gain.groupby(["D", "causal"]).agg(["min", "max"])
     text = cell_with(DD, "The budget computed with the kernel predicts")
-    quotes(text, f"{g.loc[(128, 0), 'min']:.2f} to {g.loc[(128, 0), 'max']:.2f} times as fast as the pointer kernel "
-                 f"without a mask and {g.loc[(128, 1), 'min']:.2f} to {g.loc[(128, 1), 'max']:.2f} causal")
+    quotes(
+        text,
+        f"{g.loc[(128, 0), 'min']:.2f} to {g.loc[(128, 0), 'max']:.2f} times as fast as the pointer kernel "
+        f"without a mask and {g.loc[(128, 1), 'min']:.2f} to {g.loc[(128, 1), 'max']:.2f} causal",
+    )
     d128 = frac.where(~frac_noisy).query("D == 128")
     p, c = d128["pointer kernel, of cuDNN"], d128["of cuDNN"]
     quotes(text, f"from {p.min():.2f} to {p.max():.2f} of cuDNN (the pointer kernel) to {c.min():.2f} to {c.max():.2f}")
@@ -179,13 +218,21 @@ def test_the_targets(both):
     clean = frac.where(~frac_noisy)
     below = clean[["of cuDNN", "of the tutorial"]].lt([0.90, 0.98])
     short = pd.DataFrame({"of cuDNN": 0.90 - clean["of cuDNN"], "of the tutorial": 0.98 - clean["of the tutorial"]})
-    spread = pd.DataFrame({"of cuDNN": sp[["course", "sdpa_cudnn"]].max(axis=1), "of the tutorial": sp[["course", "tutorial"]].max(axis=1)})
+    spread = pd.DataFrame(
+        {
+            "of cuDNN": sp[["course", "sdpa_cudnn"]].max(axis=1),
+            "of the tutorial": sp[["course", "tutorial"]].max(axis=1),
+        }
+    )
     assert below.any().all() and (short < spread)[below].stack().all()
     text = cell_with(DD, "Every fraction under a target")
     quotes(text, "closer to the line than its own timings spread over their rounds")
     for g in ("h100", "h200"):  # both sweeps ran the causal programs in groups, the head order beside them
         assert "course_g1" in set(data.load("attention", gpu=g).provider)
-    quotes(cell_with(DD, "`tools/attention_bench.py` measures the forward pass"), "Both sweeps run the causal programs in the groups")
+    quotes(
+        cell_with(DD, "`tools/attention_bench.py` measures the forward pass"),
+        "Both sweeps run the causal programs in the groups",
+    )
     failed = rows[rows.provider.eq("tutorial") & rows.status.str.startswith("wrong")]
     assert len(failed) == 6  # the shapes with no fraction of the tutorial (five on the H100, one on the H200)
 
@@ -200,17 +247,26 @@ def test_no_tallies_of_differences_inside_the_noise():
 def test_the_fit_of_two_programs():
     """The budget cell: shared memory per program and the registers two programs may use."""
     D_, nbytes = 128, 2
-    fit = pd.DataFrame([("pointer", 128, 64, 8, 3), ("descriptor", 128, 64, 4, 2)],
-                       columns=["kernel", "BLOCK_M", "BLOCK_N", "warps", "stages"]).set_index("kernel")
+    fit = pd.DataFrame(
+        [("pointer", 128, 64, 8, 3), ("descriptor", 128, 64, 4, 2)],
+        columns=["kernel", "BLOCK_M", "BLOCK_N", "warps", "stages"],
+    ).set_index("kernel")
     fit["shared KiB"] = (fit.BLOCK_M + 2 * fit.stages * fit.BLOCK_N) * D_ * nbytes // 1024
     fit["programs per SM (shared)"] = 228 // fit["shared KiB"]
     fit["registers a thread, 2 programs per SM"] = 65536 // (2 * 32 * fit.warps)
     assert fit["shared KiB"].tolist() == [128, 96] and fit["programs per SM (shared)"].tolist() == [1, 2]
     assert fit["registers a thread, 2 programs per SM"].tolist() == [128, 256]
-    quotes(cell_with(DD, "Two 8-warp programs would have to live on"),
-           f"live on {fit.loc['pointer', 'registers a thread, 2 programs per SM']} registers a thread")
-    assert tuple(fit.loc["descriptor", ["BLOCK_M", "BLOCK_N", "warps", "stages"]]) == tuple(tma_config(torch.float16, 128, False))[:4]
-    assert tuple(fit.loc["pointer", ["BLOCK_M", "BLOCK_N", "warps", "stages"]]) == tuple(attention_config(torch.float16, 128, interpreter=False))
+    quotes(
+        cell_with(DD, "Two 8-warp programs would have to live on"),
+        f"live on {fit.loc['pointer', 'registers a thread, 2 programs per SM']} registers a thread",
+    )
+    assert (
+        tuple(fit.loc["descriptor", ["BLOCK_M", "BLOCK_N", "warps", "stages"]])
+        == tuple(tma_config(torch.float16, 128, False))[:4]
+    )
+    assert tuple(fit.loc["pointer", ["BLOCK_M", "BLOCK_N", "warps", "stages"]]) == tuple(
+        attention_config(torch.float16, 128, interpreter=False)
+    )
 
 
 def test_the_spreads_behind_the_claims(att, noisy, shares, both):
@@ -224,34 +280,63 @@ def test_the_spreads_behind_the_claims(att, noisy, shares, both):
     share, share_noisy = shares
     assert share_noisy.any().any() and not share_noisy.all().any()  # some marked and left out, most kept
     frac, frac_noisy, *_ = both
-    assert len(frac) == 48 and frac_noisy.sum().to_dict() == {"of cuDNN": 4, "of the tutorial": 3, "pointer kernel, of cuDNN": 2}
+    assert len(frac) == 48 and frac_noisy.sum().to_dict() == {
+        "of cuDNN": 4,
+        "of the tutorial": 3,
+        "pointer kernel, of cuDNN": 2,
+    }
 
 
 def test_the_tile_configuration_in_use():
     tune = data.load("attention_tune", gpu="h100")
     tiles = ["kernel", "block_m", "block_n", "num_warps", "num_stages"]
-    use = pd.DataFrame([(D_, c, "tma" if tma_config(torch.float16, D_, bool(c)) else "pointer",
-                         *(tma_config(torch.float16, D_, bool(c)) or attention_config(torch.float16, D_, interpreter=False))[:4])
-                        for D_ in (64, 128) for c in (0, 1)], columns=["D", "causal", *tiles])
+    use = pd.DataFrame(
+        [
+            (
+                D_,
+                c,
+                "tma" if tma_config(torch.float16, D_, bool(c)) else "pointer",
+                *(tma_config(torch.float16, D_, bool(c)) or attention_config(torch.float16, D_, interpreter=False))[:4],
+            )
+            for D_ in (64, 128)
+            for c in (0, 1)
+        ],
+        columns=["D", "causal", *tiles],
+    )
     in_use = use.merge(tune).set_index(["D", "causal"])
-    best = tune.query("status == 'ok'").pivot_table(index=["D", "causal"], columns="kernel", values="graph_tflops", aggfunc="max")
+    best = tune.query("status == 'ok'").pivot_table(
+        index=["D", "causal"], columns="kernel", values="graph_tflops", aggfunc="max"
+    )
     assert len(in_use) == 4 and (in_use.graph_tflops == best[["pointer", "tma"]].max(axis=1)).all()  # the fastest, each
-    assert tune.groupby(["D", "causal", "kernel"]).size().to_dict() == {(D_, c, k): n for D_ in (64, 128) for c in (0, 1)
-                                                                          for k, n in (("pointer", 10), ("tma", 6))}
+    assert tune.groupby(["D", "causal", "kernel"]).size().to_dict() == {
+        (D_, c, k): n for D_ in (64, 128) for c in (0, 1) for k, n in (("pointer", 10), ("tma", 6))
+    }
     text = cell_with(DD, "The tuner's choice, predicted and measured")
     for D_, c, words in ((64, 0, "without a mask"), (64, 1, "causal"), (128, 0, "without a mask"), (128, 1, "causal")):
-        quotes(text, f"{best.loc[(D_, c), 'pointer' if D_ == 64 else 'tma']:.2f} against "
-                     f"{best.loc[(D_, c), 'tma' if D_ == 64 else 'pointer']:.2f}")
+        quotes(
+            text,
+            f"{best.loc[(D_, c), 'pointer' if D_ == 64 else 'tma']:.2f} against "
+            f"{best.loc[(D_, c), 'tma' if D_ == 64 else 'pointer']:.2f}",
+        )
     quotes(text, f"up to {tune.graph_spread.max():.1%} in this table")
-    assert (best.loc[64, "pointer"] > best.loc[64, "tma"]).all() and (best.loc[128, "tma"] > best.loc[128, "pointer"]).all()
+    assert (best.loc[64, "pointer"] > best.loc[64, "tma"]).all() and (
+        best.loc[128, "tma"] > best.loc[128, "pointer"]
+    ).all()
     quotes(text, "none beats the pointer kernel's")
 
 
 def test_no_history_in_the_prose():
     for nb in (L, DD):
         text = prose(nb).lower()
-        for phrase in ("earlier recording", "before the fix", "commit ", "not reproduced", "was recorded before",
-                       "scratch", "not kept in"):
+        for phrase in (
+            "earlier recording",
+            "before the fix",
+            "commit ",
+            "not reproduced",
+            "was recorded before",
+            "scratch",
+            "not kept in",
+        ):
             assert phrase not in text, (nb, phrase)
 
 
@@ -284,29 +369,39 @@ def test_the_last_wave_is_not_the_cause(causes):
     f = per_head["of cuDNN"].xs((1, 4096), level=["causal", "S"])
     quiet = ~(w_noisy.course | w_noisy.cudnn).xs((1, 4096), level=["causal", "S"])
     assert quiet.loc[[(64, 64), (64, 66), (128, 64), (128, 66)]].all()
-    quotes(text, f"{f.loc[(64, 66)]:.3f} and {f.loc[(128, 66)]:.3f} against {f.loc[(64, 64)]:.3f} and {f.loc[(128, 64)]:.3f} at 64 heads")
+    quotes(
+        text,
+        f"{f.loc[(64, 66)]:.3f} and {f.loc[(128, 66)]:.3f} against {f.loc[(64, 64)]:.3f} and {f.loc[(128, 64)]:.3f} at 64 heads",
+    )
     assert abs(f.loc[(64, 66)] - f.loc[(64, 64)]) < 0.02 and abs(f.loc[(128, 66)] - f.loc[(128, 64)]) < 0.02
 
 
 def test_a_cost_per_program_is_not_established(both):
     """The course's time grows less than the work from 4K to 8K, but by no more than the noise: the prose says so."""
     _, _, _, _, rows = both
-    rec = rows.query("status == 'ok' and S >= 4096").pivot_table(index=["gpu", *KEY], columns="provider",
-                                                                  values=["graph_tflops", "graph_spread"])
+    rec = rows.query("status == 'ok' and S >= 4096").pivot_table(
+        index=["gpu", *KEY], columns="provider", values=["graph_tflops", "graph_spread"]
+    )
     tf_nc = rec.graph_tflops.xs(0, level="causal")[["course", "sdpa_cudnn"]]
     sp_nc = rec.graph_spread.xs(0, level="causal")[["course", "sdpa_cudnn"]]
     growth = 4 * tf_nc.xs(4096, level="S") / tf_nc.xs(8192, level="S")
     noisy_ = data.noisy(sp_nc.xs(4096, level="S")) | data.noisy(sp_nc.xs(8192, level="S"))
     g = growth.where(~noisy_).agg(["min", "max"])
     text = cell_with(DD, "The course's time grows")
-    quotes(text, f"The course's time grows {g.loc['min', 'course']:.2f} to {g.loc['max', 'course']:.2f} times, "
-                 f"cuDNN's {g.loc['min', 'sdpa_cudnn']:.2f} to {g.loc['max', 'sdpa_cudnn']:.2f}")
+    quotes(
+        text,
+        f"The course's time grows {g.loc['min', 'course']:.2f} to {g.loc['max', 'course']:.2f} times, "
+        f"cuDNN's {g.loc['min', 'sdpa_cudnn']:.2f} to {g.loc['max', 'sdpa_cudnn']:.2f}",
+    )
     shortfall = 1 - growth.course.where(~noisy_.course) / 4
     larger = pd.concat([sp_nc.course.xs(4096, level="S"), sp_nc.course.xs(8192, level="S")], axis=1).max(axis=1)
     worst = shortfall.idxmax()
     assert worst == ("H100", "float16", 128)
-    quotes(text, f"the largest shortfall, {shortfall[worst]:.1%} (fp16, $D$ = 128, on the H100), rests on a timing whose "
-                 f"rounds spread {larger[worst]:.1%}")
+    quotes(
+        text,
+        f"the largest shortfall, {shortfall[worst]:.1%} (fp16, $D$ = 128, on the H100), rests on a timing whose "
+        f"rounds spread {larger[worst]:.1%}",
+    )
     assert shortfall[worst] - larger[worst] < 0.01  # within the spread of its own timing
     others = shortfall.drop(worst).max()
     quotes(text, f"the others, at most {others:.1%}")
@@ -334,7 +429,9 @@ def test_the_order_of_causal_programs(causes):
     quotes(text, f"at 8K up to {(at(8192).max() - 1) * 100:.0f}%")
     quotes(text, f"({at(16384).min():.3f} to {at(16384).max():.3f})")
     quotes(text, f"lose up to {(1 - groups.lpt64.min()) * 100:.0f}%")
-    assert 1 - groups.lpt64.min() > osp[["course", "lpt8", "lpt16", "lpt64"]].max().max()  # more than these timings spread
+    assert (
+        1 - groups.lpt64.min() > osp[["course", "lpt8", "lpt16", "lpt64"]].max().max()
+    )  # more than these timings spread
     quotes(text, "more than any of these timings spread")
     assert [heads_per_group(S, D, 2, True, 64) for D, S in groups.index] == [16, 8, 4, 8, 4, 2]
 
@@ -348,10 +445,20 @@ def causal_run():
     assert len(cok) == 48 and set(cok.causal) == {1}
     ct = cok.pivot_table(index=["dtype", "D", "S"], columns="provider", values="graph_tflops")
     cn = data.noisy(cok.pivot_table(index=["dtype", "D", "S"], columns="provider", values="graph_spread"))
-    order = pd.DataFrame({"groups / head order": ct.course / ct.course_g1, "of cuDNN": ct.course / ct.sdpa_cudnn,
-                          "of the tutorial": ct.course / ct.tutorial})
-    order_noisy = pd.DataFrame({"groups / head order": cn.course | cn.course_g1, "of cuDNN": cn.course | cn.sdpa_cudnn,
-                                "of the tutorial": cn.course | cn.tutorial})
+    order = pd.DataFrame(
+        {
+            "groups / head order": ct.course / ct.course_g1,
+            "of cuDNN": ct.course / ct.sdpa_cudnn,
+            "of the tutorial": ct.course / ct.tutorial,
+        }
+    )
+    order_noisy = pd.DataFrame(
+        {
+            "groups / head order": cn.course | cn.course_g1,
+            "of cuDNN": cn.course | cn.sdpa_cudnn,
+            "of the tutorial": cn.course | cn.tutorial,
+        }
+    )
     return order, order_noisy, ct, cn
 
 
@@ -360,29 +467,48 @@ def test_two_runs_of_the_causal_cases(both, causal_run):
     frac, frac_noisy, t, sp, _ = both
     order, order_noisy, ct, cn = causal_run
     sweep = lambda col: col.loc["H100"].xs(1, level="causal")  # noqa: E731
-    again = pd.DataFrame({"sweep, of cuDNN": sweep(t.course) / sweep(t.sdpa_cudnn), "again, of cuDNN": order["of cuDNN"],
-                          "sweep, of the tutorial": sweep(t.course) / sweep(t.tutorial), "again, of the tutorial": order["of the tutorial"]})
-    again_noisy = pd.DataFrame({"sweep, of cuDNN": sweep(frac_noisy["of cuDNN"]), "again, of cuDNN": order_noisy["of cuDNN"],
-                                "sweep, of the tutorial": sweep(frac_noisy["of the tutorial"]),
-                                "again, of the tutorial": order_noisy["of the tutorial"]})
+    again = pd.DataFrame(
+        {
+            "sweep, of cuDNN": sweep(t.course) / sweep(t.sdpa_cudnn),
+            "again, of cuDNN": order["of cuDNN"],
+            "sweep, of the tutorial": sweep(t.course) / sweep(t.tutorial),
+            "again, of the tutorial": order["of the tutorial"],
+        }
+    )
+    again_noisy = pd.DataFrame(
+        {
+            "sweep, of cuDNN": sweep(frac_noisy["of cuDNN"]),
+            "again, of cuDNN": order_noisy["of cuDNN"],
+            "sweep, of the tutorial": sweep(frac_noisy["of the tutorial"]),
+            "again, of the tutorial": order_noisy["of the tutorial"],
+        }
+    )
     a = again.where(~again_noisy)
     d128, d64 = a.xs(128, level="D"), a.xs(64, level="D")
     text = cell_with(DD, "The two runs disagree")
     s1, s2 = d128["sweep, of cuDNN"], d128["again, of cuDNN"]
-    quotes(text, f"the sweep puts the course at {s1.min():.3f} to {s1.max():.3f} of cuDNN, the second run at "
-                 f"{s2.min():.3f} to {s2.max():.3f}; together, {min(s1.min(), s2.min()):.3f} to {max(s1.max(), s2.max()):.3f}")
+    quotes(
+        text,
+        f"the sweep puts the course at {s1.min():.3f} to {s1.max():.3f} of cuDNN, the second run at "
+        f"{s2.min():.3f} to {s2.max():.3f}; together, {min(s1.min(), s2.min()):.3f} to {max(s1.max(), s2.max()):.3f}",
+    )
     tut = d128.filter(like="tutorial").stack()
     quotes(text, f"Against the tutorial at $D$ = 128, {tut.min():.3f} to {tut.max():.3f} over the two runs")
     cudnn_sweep = sweep(t.sdpa_cudnn).where(~data.noisy(sweep(sp.sdpa_cudnn)))
     moved = (ct.sdpa_cudnn.where(~cn.sdpa_cudnn) / cudnn_sweep - 1).abs()
     quotes(text, f"cuDNN alone moved up to {moved.max():.1%}")
-    assert moved.max() > sp.sdpa_cudnn.loc["H100"].xs(1, level="causal").loc[moved.idxmax()]  # more than its rounds spread
+    assert (
+        moved.max() > sp.sdpa_cudnn.loc["H100"].xs(1, level="causal").loc[moved.idxmax()]
+    )  # more than its rounds spread
     quotes(text, f"within about {min(s1.min(), s2.min()):.2f} to {max(s1.max(), s2.max()):.2f} of it")
     c64 = d64["again, of cuDNN"]
     t64 = d64["again, of the tutorial"]
     s64 = d64["sweep, of cuDNN"]
-    quotes(text, f"the second run has {c64.min():.3f} to {c64.max():.3f} of cuDNN (the sweep {s64.min():.3f} to "
-                 f"{s64.max():.3f}) and {t64.min():.3f} to {t64.max():.3f} of the tutorial")
+    quotes(
+        text,
+        f"the second run has {c64.min():.3f} to {c64.max():.3f} of cuDNN (the sweep {s64.min():.3f} to "
+        f"{s64.max():.3f}) and {t64.min():.3f} to {t64.max():.3f} of the tutorial",
+    )
     g = order["groups / head order"].where(~order_noisy["groups / head order"])
     for S, words in ((4096, "at 4K"), (8192, "at 8K")):
         x = g.xs(S, level="S")
@@ -390,42 +516,62 @@ def test_two_runs_of_the_causal_cases(both, causal_run):
         assert (x.dropna() > 1).all()  # the same sign as the causes run's groups
     x = g.xs((128, 16384), level=["D", "S"]).sort_values()
     quotes(text, f"({x.iloc[0]:.3f} and {x.iloc[1]:.3f})")
-    quotes(cell_with(DD, "So in this run the tutorial's lead"), f"runs at {t64.min():.3f} to {t64.max():.3f} of the tutorial")
+    quotes(
+        cell_with(DD, "So in this run the tutorial's lead"),
+        f"runs at {t64.min():.3f} to {t64.max():.3f} of the tutorial",
+    )
 
 
 def test_the_lesson_against_cudnn_across_runs(both, causal_run):
     """The lesson: the fraction of cuDNN from 4K on over both GPUs' sweeps and the second H100 run, and cuDNN's own
     move between the two H100 runs, larger than its rounds' spread in either."""
-    runs = {"H100": data.load("attention", gpu="h100"), "H200": data.load("attention", gpu="h200"),
-            "H100 again": data.load("attention_causal", gpu="h100")}
+    runs = {
+        "H100": data.load("attention", gpu="h100"),
+        "H200": data.load("attention", gpu="h200"),
+        "H100 again": data.load("attention_causal", gpu="h100"),
+    }
     rec = pd.concat(runs, names=["run", "row"]).query("status == 'ok' and S >= 4096")
     t = rec.pivot_table(index=["run", *KEY], columns="provider", values="graph_tflops")
     sp = rec.pivot_table(index=["run", *KEY], columns="provider", values="graph_spread")
     frac = (t.course / t.sdpa_cudnn).where(~data.noisy(sp[["course", "sdpa_cudnn"]]).any(axis=1))
     by_d = frac.groupby("D").agg(["min", "median", "max"]).round(2)
     text = cell_with(L, "At $D$ = 128 causal the two H100 runs disagree")
-    quotes(text, f"runs at {by_d.loc[128, 'min']:.2f} to {by_d.loc[128, 'max']:.2f} of cuDNN's speed at $D$ = 128 and "
-                 f"{by_d.loc[64, 'min']:.2f} to {by_d.loc[64, 'max']:.2f} at $D$ = 64 (medians {by_d.loc[128, 'median']:.2f} "
-                 f"and {by_d.loc[64, 'median']:.2f})")
-    quotes(prose(L), f"runs at {by_d.loc[128, 'min']:.2f} to {by_d.loc[128, 'max']:.2f} of cuDNN's speed at $D$ = 128 and "
-                     f"{by_d.loc[64, 'min']:.2f} to {by_d.loc[64, 'max']:.2f} at $D$ = 64, across two GPUs and two runs")
+    quotes(
+        text,
+        f"runs at {by_d.loc[128, 'min']:.2f} to {by_d.loc[128, 'max']:.2f} of cuDNN's speed at $D$ = 128 and "
+        f"{by_d.loc[64, 'min']:.2f} to {by_d.loc[64, 'max']:.2f} at $D$ = 64 (medians {by_d.loc[128, 'median']:.2f} "
+        f"and {by_d.loc[64, 'median']:.2f})",
+    )
+    quotes(
+        prose(L),
+        f"runs at {by_d.loc[128, 'min']:.2f} to {by_d.loc[128, 'max']:.2f} of cuDNN's speed at $D$ = 128 and "
+        f"{by_d.loc[64, 'min']:.2f} to {by_d.loc[64, 'max']:.2f} at $D$ = 64, across two GPUs and two runs",
+    )
     r = frac.xs((128, 1), level=["D", "causal"]).groupby("run").agg(["min", "max"])
-    quotes(text, f"the sweep puts the course at {r.loc['H100', 'min']:.2f} to {r.loc['H100', 'max']:.2f} of cuDNN, "
-                 f"the second run at {r.loc['H100 again', 'min']:.2f} to {r.loc['H100 again', 'max']:.2f}")
+    quotes(
+        text,
+        f"the sweep puts the course at {r.loc['H100', 'min']:.2f} to {r.loc['H100', 'max']:.2f} of cuDNN, "
+        f"the second run at {r.loc['H100 again', 'min']:.2f} to {r.loc['H100 again', 'max']:.2f}",
+    )
     h100 = pd.DataFrame({run: t.sdpa_cudnn.loc[run] for run in ("H100", "H100 again")}).dropna()
     h100_sp = pd.DataFrame({run: sp.sdpa_cudnn.loc[run] for run in ("H100", "H100 again")}).loc[h100.index]
     moved = (h100["H100 again"] / h100["H100"] - 1).where(~data.noisy(h100_sp).any(axis=1))
     worst = moved.abs().idxmax()
     assert worst == ("float16", 128, 1, 8192)
-    quotes(text, f"cuDNN alone moved {moved[worst]:.1%} (fp16, $D$ = 128, 8K), while its rounds spread "
-                 f"{h100_sp.loc[worst, 'H100']:.1%} and {h100_sp.loc[worst, 'H100 again']:.1%} within each run")
+    quotes(
+        text,
+        f"cuDNN alone moved {moved[worst]:.1%} (fp16, $D$ = 128, 8K), while its rounds spread "
+        f"{h100_sp.loc[worst, 'H100']:.1%} and {h100_sp.loc[worst, 'H100 again']:.1%} within each run",
+    )
     assert abs(moved[worst]) > h100_sp.loc[worst].max()
 
 
 def test_the_tutorials_tile(causes):
     cc = causes.query("part == 'c'")
     tiles = cc.pivot_table(index=["dtype", "S"], columns="provider", values="graph_ms")
-    tiles = tiles.rdiv(tiles.tutorial, axis=0)[["course", "tut_128_64_8_3", "tma_64_64_4_2", "tma_64_64_4_3", "tut_64_64_4_3"]]
+    tiles = tiles.rdiv(tiles.tutorial, axis=0)[
+        ["course", "tut_128_64_8_3", "tma_64_64_4_2", "tma_64_64_4_3", "tut_64_64_4_3"]
+    ]
     tn = data.noisy(cc.pivot_table(index=["dtype", "S"], columns="provider", values="graph_spread"))
     tiles_noisy = tn[tiles.columns].apply(lambda col: col | tn.tutorial)
     assert not tiles_noisy.any().any()
@@ -484,5 +630,8 @@ def test_the_counters():
     assert prof.loc[(d128, "DRAM Throughput")].max() < 5
     quotes(text, "under 5% of the DRAM bandwidth")
     quotes(text, f"({ratio.loc[(d64, 'Executed Ipc Active')]:.3f} times as many instructions a cycle)")
-    quotes(text, f"executes {ratio.loc[(d64, 'Executed Instructions')]:.3f} times as many instructions, and takes "
-                 f"{ratio.loc[(d64, 'Elapsed Cycles')]:.3f} times its cycles")
+    quotes(
+        text,
+        f"executes {ratio.loc[(d64, 'Executed Instructions')]:.3f} times as many instructions, and takes "
+        f"{ratio.loc[(d64, 'Elapsed Cycles')]:.3f} times its cycles",
+    )

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 from claims import cell_with, prose, quotes
+
 from helpers import data
 
 LESSON = "08"
@@ -20,8 +21,13 @@ def bench():
     bench = data.load("backward", gpu="h100").query("group == 'M=4096'")
     props = data.load("device_props")
     peak, l2_mb = props.dram_peak_gbps[0] / 1e3, props.l2_bytes[0] / 1e6
-    bench["MB moved"] = bench.M * bench.N * bench.dtype.map({"float32": 4, "bfloat16": 2}) * bench.provider.map(
-        lambda p: 2 if p == "copy" else 3) / 1e6
+    bench["MB moved"] = (
+        bench.M
+        * bench.N
+        * bench.dtype.map({"float32": 4, "bfloat16": 2})
+        * bench.provider.map(lambda p: 2 if p == "copy" else 3)
+        / 1e6
+    )
     bench["TB/s"] = bench["MB moved"] / bench.graph_ms / 1e3
     copy = bench.query("provider == 'copy'").set_index(["dtype", "N"])[["MB moved", "TB/s"]]
     copy["of DRAM peak"] = copy["TB/s"] / peak
@@ -73,10 +79,19 @@ def test_fractions_above_one_are_explained_by_the_copy(bench):
     quotes(text, bench["l2_mb"], "the {:.0f} MB L2")
     quotes(text, in_l2["TB/s"], "at {:.2f} TB/s: above the DRAM peak")
     quotes(text, in_l2["of DRAM peak"], "{:.2f} of it")
-    assert list(copy.query("`fits in L2` == 'yes'").index) == [("float32", 1024), ("bfloat16", 1024), ("bfloat16", 2048)]
+    assert list(copy.query("`fits in L2` == 'yes'").index) == [
+        ("float32", 1024),
+        ("bfloat16", 1024),
+        ("bfloat16", 2048),
+    ]
     assert "The same holds for bfloat16 at N = 1024 and 2048" in text
-    not_noisy(bench, ("float32", 32768, "course"), ("float32", 32768, "copy"), ("bfloat16", 32768, "copy"),
-              ("float32", 1024, "copy"))
+    not_noisy(
+        bench,
+        ("float32", 32768, "course"),
+        ("float32", 32768, "copy"),
+        ("bfloat16", 32768, "copy"),
+        ("float32", 1024, "copy"),
+    )
 
 
 def test_the_ranges_where_the_copy_is_a_fair_yardstick(bench):
@@ -112,19 +127,39 @@ def test_the_shaded_short_rows_measure_the_cache(bench):
     quotes(text, f"passes 1.0 (ours at {c1:.2f}, Liger's at {lb1:.2f})")
     edge_cells = [("float32", 1024), ("bfloat16", 2048)]
     assert all(bench["copy"].loc[c, "fits in L2"] == "yes" for c in edge_cells)  # "while the copy's data still fit"
-    quotes(text, "ours at " + " and ".join(f"{f.loc[c, 'course']:.2f}" for c in edge_cells)
-           + ", Liger's at " + " and ".join(f"{f.loc[c, 'liger_backward']:.2f}" for c in edge_cells))
+    quotes(
+        text,
+        "ours at "
+        + " and ".join(f"{f.loc[c, 'course']:.2f}" for c in edge_cells)
+        + ", Liger's at "
+        + " and ".join(f"{f.loc[c, 'liger_backward']:.2f}" for c in edge_cells),
+    )
     at_edge = f.loc[edge_cells, ["course", "course_looped", "liger_backward"]]
     assert at_edge.max().max() - at_edge.min().min() < 0.05  # every kernel lands in the same place
     quotes(cell_with(LESSON, "## Try on your own"), lb1, "Liger's {:.2f} at bfloat16")
     deep = cell_with(DEEP, "The rows below N = 4096 measure the cache")
     quotes(deep, edge, "take {:.0f} MB, at the edge")
     quotes(deep, bench["l2_mb"], "the {:.0f} MB L2")
-    quotes(deep, "the looped kernel at " + " and ".join(f"{f.loc[c, 'course_looped']:.2f}" for c in edge_cells)
-           + ", Liger's at " + " and ".join(f"{f.loc[c, 'liger_backward']:.2f}" for c in edge_cells))
-    quotes(deep, f"Liger's at {lb1:.2f}, the tile at {c1:.2f}, the looped kernel at {f.loc[('bfloat16', 1024), 'course_looped']:.2f}")
-    not_noisy(bench, *[(d, n, p) for d in ("float32", "bfloat16") for n in (1024, 2048)
-                       for p in ("course", "course_looped", "liger_backward")])
+    quotes(
+        deep,
+        "the looped kernel at "
+        + " and ".join(f"{f.loc[c, 'course_looped']:.2f}" for c in edge_cells)
+        + ", Liger's at "
+        + " and ".join(f"{f.loc[c, 'liger_backward']:.2f}" for c in edge_cells),
+    )
+    quotes(
+        deep,
+        f"Liger's at {lb1:.2f}, the tile at {c1:.2f}, the looped kernel at {f.loc[('bfloat16', 1024), 'course_looped']:.2f}",
+    )
+    not_noisy(
+        bench,
+        *[
+            (d, n, p)
+            for d in ("float32", "bfloat16")
+            for n in (1024, 2048)
+            for p in ("course", "course_looped", "liger_backward")
+        ],
+    )
 
 
 def test_the_figure_shades_where_the_copy_is_no_fair_yardstick(bench):
@@ -153,18 +188,26 @@ def test_the_split_on_long_rows(bench):
     both = pd.concat([data.load("backward", gpu=g).assign(gpu=g.upper()) for g in ("h100", "h200")])
     split = both.query("N > 32768")
     frac = split.pivot_table(index=["gpu", "dtype", "M", "N"], columns="provider", values="graph_frac")
-    copy = split.query("provider == 'copy'").assign(MB=lambda d: 2 * d.M * d.N * d.dtype.map({"float32": 4, "bfloat16": 2}) / 1e6)
+    copy = split.query("provider == 'copy'").assign(
+        MB=lambda d: 2 * d.M * d.N * d.dtype.map({"float32": 4, "bfloat16": 2}) / 1e6
+    )
     frac["copy in L2"] = copy.set_index(["gpu", "dtype", "M", "N"]).MB <= bench["l2_mb"]
     rows = frac.index.get_level_values("M").map(lambda m: "M >= 64" if m >= 64 else "M <= 8")
     fair = frac[~frac["copy in L2"] & (rows == "M >= 64")]
     text = cell_with(DEEP, "What the split does")
     h1, h2 = fair.loc["H100", "course"], fair.loc["H200", "course"]
-    quotes(text, f"{h1.min():.2f} to {h1.max():.2f} of the copy on the H100, 0.85 or more at {(h1 >= 0.85).sum()} "
-                 f"of those {len(h1)} cells, and {h2.min():.2f} to {h2.max():.2f} on the H200, 0.85 or more at "
-                 f"{(h2 >= 0.85).sum()} of {len(h2)}")
+    quotes(
+        text,
+        f"{h1.min():.2f} to {h1.max():.2f} of the copy on the H100, 0.85 or more at {(h1 >= 0.85).sum()} "
+        f"of those {len(h1)} cells, and {h2.min():.2f} to {h2.max():.2f} on the H200, 0.85 or more at "
+        f"{(h2 >= 0.85).sum()} of {len(h2)}",
+    )
     under = h2[h2 < 0.85]  # "the three H200 cells under 0.85 are bfloat16 rows of 256000 and 262144 columns"
-    quotes(text, f"The {['no', 'one', 'two', 'three', 'four'][len(under)]} H200 cells under 0.85 are bfloat16 rows of 256000 and "
-                 f"262144 columns ({under.min():.3f} to {under.max():.3f})")
+    quotes(
+        text,
+        f"The {['no', 'one', 'two', 'three', 'four'][len(under)]} H200 cells under 0.85 are bfloat16 rows of 256000 and "
+        f"262144 columns ({under.min():.3f} to {under.max():.3f})",
+    )
     assert set(under.index.get_level_values("dtype")) == {"bfloat16"}
     assert set(under.index.get_level_values("N")) == {256000, 262144}
     sp = (frac.course / frac.course_looped).groupby(rows).agg(["min", "max"])
@@ -184,14 +227,23 @@ def test_the_split_on_long_rows(bench):
     ratio = at_32k.liger_backward / at_32k.course
     f32, b16 = ratio.xs("float32", level="dtype"), ratio.xs("bfloat16", level="dtype")
     assert (f32 < 1).all()
-    quotes(text, f"ahead of Liger's backward at all {len(f32)} cells (Liger's at {f32.min():.2f} to {f32.max():.2f} of its speed)")
-    quotes(text, f"In bfloat16 Liger's is {b16.min():.2f} to {b16.max():.2f} times as fast, within 3% at "
-                 f"{['no', 'one', 'two', 'three', 'four', 'five', 'six', 'seven', 'all'][(b16 <= 1.03).sum()]} "
-                 f"of the {len(b16)} cells")
+    quotes(
+        text,
+        f"ahead of Liger's backward at all {len(f32)} cells (Liger's at {f32.min():.2f} to {f32.max():.2f} of its speed)",
+    )
+    quotes(
+        text,
+        f"In bfloat16 Liger's is {b16.min():.2f} to {b16.max():.2f} times as fast, within 3% at "
+        f"{['no', 'one', 'two', 'three', 'four', 'five', 'six', 'seven', 'all'][(b16 <= 1.03).sum()]} "
+        f"of the {len(b16)} cells",
+    )
     bf256 = at_32k.xs(("bfloat16", 256), level=("dtype", "M"))  # "the looped kernel is ahead of both"
     assert (bf256.course_looped > bf256.liger_backward).all()
-    quotes(text, f"({bf256.course_looped['H100']:.2f} and {bf256.course_looped['H200']:.2f} on the H100 and the H200, "
-                 f"against {bf256.course['H100']:.2f} and {bf256.course['H200']:.2f})")
+    quotes(
+        text,
+        f"({bf256.course_looped['H100']:.2f} and {bf256.course_looped['H200']:.2f} on the H100 and the H200, "
+        f"against {bf256.course['H100']:.2f} and {bf256.course['H200']:.2f})",
+    )
     assert (bf256.course_looped > bf256.course).all()
     at_32k_spread = both.query("N == 32000 and provider in ('course', 'liger_backward', 'copy')").graph_spread
     assert not data.noisy(at_32k_spread).any()
@@ -200,7 +252,13 @@ def test_the_split_on_long_rows(bench):
     noisy = data.noisy(spread[["course", "copy"]]).any(axis=1)
     assert not noisy.any(), "a quoted fraction of the split rests on a timing spread over 10%"
     calm = ~data.noisy(spread["course_looped"])  # the speed-ups: the same ranges without the noisy looped cells
-    assert (frac.course / frac.course_looped)[calm].groupby(rows[calm.values]).agg(["min", "max"]).round(1).equals(sp.round(1))
+    assert (
+        (frac.course / frac.course_looped)[calm]
+        .groupby(rows[calm.values])
+        .agg(["min", "max"])
+        .round(1)
+        .equals(sp.round(1))
+    )
 
 
 def test_the_tile_rule_exceptions():
@@ -231,30 +289,45 @@ def test_the_rows_that_fit_probe():
     few rows, and 8 against 32 warps for bfloat16 rows, with the lesson's own lines."""
     from helpers.kernels.backward import backward_splits_few_rows, backward_tiled_config
 
-    rows = pd.concat({g.upper(): data.load("backward_rows", gpu=g) for g in ("h100", "h200")}, names=["gpu", "i"]).reset_index("gpu")
+    rows = pd.concat(
+        {g.upper(): data.load("backward_rows", gpu=g) for g in ("h100", "h200")}, names=["gpu", "i"]
+    ).reset_index("gpu")
     assert not data.noisy(rows.graph_spread).any()
     size = rows.dtype.map({"float32": 4, "bfloat16": 2, "float16": 2})
     rows["library's tile"] = [f"tile_{backward_tiled_config(n, s)[1]}w" for n, s in zip(rows.N, size)]
     frac = rows.pivot_table(index=["gpu", "dtype", "N", "M"], columns="variant", values="graph_frac")
     tile = rows[rows.variant == rows["library's tile"]].set_index(["gpu", "dtype", "N", "M"]).graph_frac
-    few = (tile / frac.coop_4096x4).rename("tile / split").to_frame().query("M <= 8 and dtype != 'float16'")["tile / split"]
+    few = (
+        (tile / frac.coop_4096x4)
+        .rename("tile / split")
+        .to_frame()
+        .query("M <= 8 and dtype != 'float16'")["tile / split"]
+    )
     text = cell_with(DEEP, "Two exceptions concern long rows")
     fits = few[few.index.get_level_values("N") <= 16384]
     spills = few[few.index.get_level_values("N") > 16384]
-    assert set(fits.index.get_level_values("N")) == {8192, 12672, 16384} and set(spills.index.get_level_values("N")) == {32000, 32768}
+    assert set(fits.index.get_level_values("N")) == {8192, 12672, 16384} and set(
+        spills.index.get_level_values("N")
+    ) == {32000, 32768}
     assert (fits > 1).all() and (spills < 1).all()
-    quotes(text, f"at 8192 to 16384 columns the library's tile is {fits.min():.2f} to {fits.max():.2f} times as fast as the split "
-                 "with 1 or 8 rows, in float32 and in bfloat16")
+    quotes(
+        text,
+        f"at 8192 to 16384 columns the library's tile is {fits.min():.2f} to {fits.max():.2f} times as fast as the split "
+        "with 1 or 8 rows, in float32 and in bfloat16",
+    )
     quotes(text, f"(the tile at {spills.min():.2f} to {spills.max():.2f} of its speed)")
     # the library follows: rows that fit without spilling never split, those that spill do with few rows
     sms = int(data.load("device_props").sm_count[0])
-    for (gpu, dtype, n, m) in few.index:
+    for gpu, dtype, n, m in few.index:
         assert backward_splits_few_rows(m, n, 4 if dtype == "float32" else 2, sms) == (n > 16384)
     b16 = frac.query("dtype == 'bfloat16' and N in (12672, 16384, 32768)")
     ratio = b16.tile_8w / b16.tile_32w
     at_32k, shorter = ratio.xs(32768, level="N"), ratio[ratio.index.get_level_values("N") < 32768]
     assert sorted(set(at_32k.index.get_level_values("M"))) == [1, 8, 32, 64, 128, 256, 512, 1024, 4096]
-    quotes(text, f"runs {at_32k.min():.3f} to {at_32k.max():.3f} times as fast at 8 warps as at 32, from 1 to 4096 rows on both GPUs")
+    quotes(
+        text,
+        f"runs {at_32k.min():.3f} to {at_32k.max():.3f} times as fast at 8 warps as at 32, from 1 to 4096 rows on both GPUs",
+    )
     quotes(text, f"(8 warps at {shorter.min():.3f} to {shorter.max():.3f} of their speed)")
     assert shorter.max() < 1 and (at_32k > 1).mean() > 0.9
 
@@ -274,7 +347,9 @@ def test_the_split_boundary():
     """Rows that fit go to the split while it launches at most 3 programs an SM: the probe behind the three."""
     from helpers.kernels.backward import SPLIT_PROGRAMS_PER_SM, backward_coop_config, backward_splits_few_rows
 
-    boundary = pd.concat({g.upper(): data.load("backward_boundary", gpu=g) for g in ("h100", "h200")}, names=["gpu", "row"])
+    boundary = pd.concat(
+        {g.upper(): data.load("backward_boundary", gpu=g) for g in ("h100", "h200")}, names=["gpu", "row"]
+    )
     f32 = boundary.query("dtype == 'float32' and variant in ['coop', 'tiled']")
     frac = f32.pivot_table(index=["M", "gpu"], columns="variant", values="graph_frac")
     assert not data.noisy(f32.graph_spread).any()
@@ -284,8 +359,15 @@ def test_the_split_boundary():
     assert (ahead > 1).all().all() and (behind < 1).all() and ((level - 1).abs() < 0.05).all().all()
     sms = int(data.load("device_props").sm_count[0])
     slices = -(-32000 // backward_coop_config(4)[0])  # the split's slices of a row, rounded up
-    quotes(text, f"at 32000 columns ({slices} slices) the split was ahead up to 48 rows ({48 * slices} programs, "
-                 f"{48 * slices / sms:.1f} an SM), behind the tile at 64 rows ({64 * slices / sms:.1f} an SM) and within "
-                 f"5% of it either way at 96 and 128 rows, on both GPUs")
-    assert SPLIT_PROGRAMS_PER_SM == 3 and backward_splits_few_rows(48, 32000, 4, sms) and not backward_splits_few_rows(64, 32000, 4, sms)
+    quotes(
+        text,
+        f"at 32000 columns ({slices} slices) the split was ahead up to 48 rows ({48 * slices} programs, "
+        f"{48 * slices / sms:.1f} an SM), behind the tile at 64 rows ({64 * slices / sms:.1f} an SM) and within "
+        f"5% of it either way at 96 and 128 rows, on both GPUs",
+    )
+    assert (
+        SPLIT_PROGRAMS_PER_SM == 3
+        and backward_splits_few_rows(48, 32000, 4, sms)
+        and not backward_splits_few_rows(64, 32000, 4, sms)
+    )
     quotes(text, "rows × slices ≤ 3 × SMs")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import inspect
 
 from claims import cell_with, code_cell_with, quotes
+
 from helpers import data
 
 # ---- The lesson: the course against its peers, as the lesson's cells derive it ----------------------------------
@@ -71,7 +72,7 @@ def test_many_rows_fraction_of_one_read_and_where_the_course_is_ahead():
     assert (course > 1.08 * peer).all() and "ahead of PyTorch at every shape" in text
     met = course[course >= 0.85]  # the target met at these shapes only
     assert len(met) == 1 and "is met at one shape only" in text
-    (d, M, N), = met.index
+    ((d, M, N),) = met.index
     quotes(text, f"{d} {M} × {N} ({met.iloc[0]:.3f})", "{}")
 
 
@@ -80,11 +81,15 @@ def test_many_rows_sample_against_the_hugging_face_chain():
     noisy = _noisy().query("M >= 64")
     sample = frac.course_sample[~noisy.course_sample]
     text = cell_with("09", MANY)
-    quotes(text, f"{sample.min():.3f} to {sample.max():.3f} of one read against "
-                 f"{frac.torch_hf_sample.min():.3f} to {frac.torch_hf_sample.max():.3f}", "{}")
+    quotes(
+        text,
+        f"{sample.min():.3f} to {sample.max():.3f} of one read against "
+        f"{frac.torch_hf_sample.min():.3f} to {frac.torch_hf_sample.max():.3f}",
+        "{}",
+    )
     assert (frac.course_sample > 1.08 * frac.torch_hf_sample).all()  # "at every shape"
     assert noisy.to_numpy().sum() == 1 and noisy.course_sample.sum() == 1
-    (d, M, N), = noisy.index[noisy.course_sample]
+    ((d, M, N),) = noisy.index[noisy.course_sample]
     quotes(text, f"its one cell spread over 10%, {d} {M} × {N}, left out of its range", "{}")
 
 
@@ -103,8 +108,11 @@ def test_the_lessons_design_against_pytorch_and_softmax_topk():
 
 
 def test_the_lessons_designs_bfloat16_is_no_faster():
-    first = _bench().query("M >= 64 and provider == 'course_topk_per_program'").pivot_table(
-        index=["M", "N"], columns="dtype", values="graph_us")
+    first = (
+        _bench()
+        .query("M >= 64 and provider == 'course_topk_per_program'")
+        .pivot_table(index=["M", "N"], columns="dtype", values="graph_us")
+    )
     assert (first.bfloat16 >= 0.95 * first.float32).all()  # "half the bytes, is no faster than float32"
     assert "half the bytes, is no faster than float32" in cell_with("09", DESIGN)
 
@@ -122,9 +130,12 @@ def test_no_quoted_range_ends_on_a_noisy_cell():
         (us.course_softmax_topk[few], ["course_softmax_topk"]),
         ((us[peers].min(axis=1) / us.course_softmax_topk)[few], TOPK),
         (us.course_sample[few & quiet], ["course_sample"]),
-        ((us[["torch_hf_sample", "compile_hf_sample"]].min(axis=1) / us.course_sample)[few & quiet],
-         ["course_sample", "torch_hf_sample", "compile_hf_sample"]),
-        (us["copy"][few], ["copy"]), (us.course_topk_per_program[few], ["course_topk_per_program"]),
+        (
+            (us[["torch_hf_sample", "compile_hf_sample"]].min(axis=1) / us.course_sample)[few & quiet],
+            ["course_sample", "torch_hf_sample", "compile_hf_sample"],
+        ),
+        (us["copy"][few], ["copy"]),
+        (us.course_topk_per_program[few], ["course_topk_per_program"]),
         (frac.course_softmax_topk[many], ["course_softmax_topk", "copy"]),
         (frac.course_sample[many & quiet], ["course_sample", "copy"]),
         (frac.course_topk_per_program[many], ["course_topk_per_program", "copy"]),
@@ -138,8 +149,10 @@ def test_no_quoted_range_ends_on_a_noisy_cell():
     few_noisy = data.noisy(spread[few])
     counts = few_noisy.sum()[few_noisy.sum() > 0].to_dict()
     assert counts == {"course_topk_lanes": 3}, counts
-    assert "No cell of these two tables spread over 10%; three cells of the library's other design timed alone did" in \
-        cell_with("09", FEW)
+    assert (
+        "No cell of these two tables spread over 10%; three cells of the library's other design timed alone did"
+        in cell_with("09", FEW)
+    )
 
 
 def test_the_benchmark_derivations_are_in_sight():
@@ -168,13 +181,29 @@ def test_the_merge_not_the_read_limits_the_design():
     ends = ends.assign(above_read=ends.course_softmax_topk - ends.one_read)
     text = cell_with("09d", "What limits the lane design shows at the two ends of the table")
     big, small = ends.loc[(256, 256000)], ends.loc[(64, 32000)]
-    quotes(text, f"one read takes {big.one_read['float32']:.1f} µs in float32 and {big.one_read['bfloat16']:.1f} µs in bfloat16", "{}")
-    quotes(text, f"`softmax_topk` {big.course_softmax_topk['float32']:.1f} µs and {big.course_softmax_topk['bfloat16']:.1f} µs", "{}")
-    quotes(text, f"(the per-program design {big.course_topk_per_program['float32']:.1f} and {big.course_topk_per_program['bfloat16']:.1f})", "{}")
+    quotes(
+        text,
+        f"one read takes {big.one_read['float32']:.1f} µs in float32 and {big.one_read['bfloat16']:.1f} µs in bfloat16",
+        "{}",
+    )
+    quotes(
+        text,
+        f"`softmax_topk` {big.course_softmax_topk['float32']:.1f} µs and {big.course_softmax_topk['bfloat16']:.1f} µs",
+        "{}",
+    )
+    quotes(
+        text,
+        f"(the per-program design {big.course_topk_per_program['float32']:.1f} and {big.course_topk_per_program['bfloat16']:.1f})",
+        "{}",
+    )
     quotes(text, f": {big.above_read['float32']:.1f} and {big.above_read['bfloat16']:.1f} µs above the read", "{}")
     assert "ends.course_softmax_topk - ends.one_read" in code_cell_with("09d", "ends = ends.assign(one_read")
-    quotes(text, f"At 64 rows of 32000 one read takes {small.one_read['float32']:.1f} µs in float32 and "
-                 f"`softmax_topk` {small.course_softmax_topk['float32']:.1f} µs", "{}")
+    quotes(
+        text,
+        f"At 64 rows of 32000 one read takes {small.one_read['float32']:.1f} µs in float32 and "
+        f"`softmax_topk` {small.course_softmax_topk['float32']:.1f} µs",
+        "{}",
+    )
     assert small.one_read["float32"] < 0.2 * small.course_softmax_topk["float32"]  # "most of it is the merge kernel"
     quotes(cell_with("09d", "## Where the time goes"), "0.083 to 0.866 of one read", "{}")
 
@@ -187,6 +216,7 @@ def test_unclean_lanes_prediction_and_count():
     import math
 
     import torch
+
     from helpers.kernels.sampling import LANE_PROGRAMS_PER_SM, lane_plan
 
     text = cell_with("09d", UNCLEAN)
@@ -202,8 +232,12 @@ def test_unclean_lanes_prediction_and_count():
     counted = [ns["unclean_lanes"](rows, p) for p in plans]
     quotes(text, f"{lanes[0]} lanes at 64 rows and {lanes[1]} lanes at 256 rows", "{}")
     quotes(text, f"is then {math.comb(50, 2) / lanes[0]:.2f} and {math.comb(50, 2) / lanes[1]:.2f} pairs a row", "{}")
-    quotes(text, f"average {counted[0].mean():.2f} and {counted[1].mean():.2f} a row, at most "
-                 f"{counted[0].max():.0f} and {counted[1].max():.0f}", "{}")
+    quotes(
+        text,
+        f"average {counted[0].mean():.2f} and {counted[1].mean():.2f} a row, at most "
+        f"{counted[0].max():.0f} and {counted[1].max():.0f}",
+        "{}",
+    )
     quotes(text, f"Each is {256000 // lanes[0]} or {256000 // lanes[1]} logits read again", "{}")
 
 
@@ -216,16 +250,26 @@ def _gpus():
     import pandas as pd
 
     shape = ["dtype", "M", "N"]
-    both = pd.concat([_bench().assign(gpu="H100"), data.load("sampling", gpu="h200").assign(gpu="H200")]).query("M >= 64")
+    both = pd.concat([_bench().assign(gpu="H100"), data.load("sampling", gpu="h200").assign(gpu="H200")]).query(
+        "M >= 64"
+    )
     used = both[both.provider.isin(["copy", "course_softmax_topk", "torch_softmax_topk", "compile_softmax_topk"])]
-    noisy_shape = data.noisy(used.pivot_table(index=shape, columns="gpu", values="graph_spread", aggfunc="max")).any(axis=1)
-    gpu_frac = both.query("provider == 'course_softmax_topk'").pivot_table(index=shape, columns="gpu", values="frac_of_one_read")
-    us = both.query("provider in ['copy', 'course_softmax_topk']").pivot_table(index=shape, columns=["provider", "gpu"],
-                                                                                values="graph_us")
+    noisy_shape = data.noisy(used.pivot_table(index=shape, columns="gpu", values="graph_spread", aggfunc="max")).any(
+        axis=1
+    )
+    gpu_frac = both.query("provider == 'course_softmax_topk'").pivot_table(
+        index=shape, columns="gpu", values="frac_of_one_read"
+    )
+    us = both.query("provider in ['copy', 'course_softmax_topk']").pivot_table(
+        index=shape, columns=["provider", "gpu"], values="graph_us"
+    )
     speedup = us.xs("H100", axis=1, level="gpu") / us.xs("H200", axis=1, level="gpu")
     above = us["course_softmax_topk"] - us["copy"] / 2
-    peer = both.query("gpu == 'H200' and provider in ['torch_softmax_topk', 'compile_softmax_topk']").pivot_table(
-        index=shape, columns="provider", values="frac_of_one_read").max(axis=1)
+    peer = (
+        both.query("gpu == 'H200' and provider in ['torch_softmax_topk', 'compile_softmax_topk']")
+        .pivot_table(index=shape, columns="provider", values="frac_of_one_read")
+        .max(axis=1)
+    )
     quiet = ~noisy_shape
     return noisy_shape, gpu_frac[quiet], speedup[quiet], above[quiet], peer[quiet]
 
@@ -245,23 +289,37 @@ def test_the_h200_paragraph_fractions_beside_the_h100():
     assert set(h100.provider) <= set(h200.provider)
     noisy_shape, f, s, a, peer = _gpus()
     text = cell_with("09d", H200)
-    quotes(text, f"reaches {f.H200.min():.3f} to {f.H200.max():.3f} of one read at 64 and 256 rows, "
-                 f"against {f.H100.min():.3f} to {f.H100.max():.3f} on the H100", "{}")
+    quotes(
+        text,
+        f"reaches {f.H200.min():.3f} to {f.H200.max():.3f} of one read at 64 and 256 rows, "
+        f"against {f.H100.min():.3f} to {f.H100.max():.3f} on the H100",
+        "{}",
+    )
     quotes(text, f"softmax + top-k there ({peer.min():.3f} to {peer.max():.3f}) at every shape", "{}")
     assert (f.H200 > 1.08 * peer).all()
     assert f.H200.max() < 0.85  # no target claimed on the H200 either
     assert "lower at every shape" not in text and " of 16 " not in text  # no tally of differences inside the noise
-    assert "one logit a step" not in text and "one logit a step" not in cell_with("09d", "The same benchmark on an H200")
+    assert "one logit a step" not in text and "one logit a step" not in cell_with(
+        "09d", "The same benchmark on an H200"
+    )
 
 
 def test_the_h200_paragraph_the_time_above_one_read():
     noisy_shape, f, s, a, peer = _gpus()
     text = cell_with("09d", H200)
-    quotes(text, f"runs the copy {s['copy'].min():.2f} to {s['copy'].max():.2f} times as fast as the H100, and "
-                 f"`softmax_topk` {s.course_softmax_topk.min():.2f} to {s.course_softmax_topk.max():.2f} times", "{}")
-    quotes(text, f"{a.H100.min():.1f} to {a.H100.max():.1f} µs on the H100 and {a.H200.min():.1f} to {a.H200.max():.1f} µs "
-                 f"on the H200, at each shape within {(a.H200 - a.H100).abs().max():.1f} µs of each other, in either "
-                 f"direction", "{}")
+    quotes(
+        text,
+        f"runs the copy {s['copy'].min():.2f} to {s['copy'].max():.2f} times as fast as the H100, and "
+        f"`softmax_topk` {s.course_softmax_topk.min():.2f} to {s.course_softmax_topk.max():.2f} times",
+        "{}",
+    )
+    quotes(
+        text,
+        f"{a.H100.min():.1f} to {a.H100.max():.1f} µs on the H100 and {a.H200.min():.1f} to {a.H200.max():.1f} µs "
+        f"on the H200, at each shape within {(a.H200 - a.H100).abs().max():.1f} µs of each other, in either "
+        f"direction",
+        "{}",
+    )
     assert (a.H200 < a.H100).any() and (a.H200 > a.H100).any()  # "in either direction"
     assert (a.H200 - a.H100).abs().max() < 0.3 * a.H100.min() and "is close on both GPUs" in text
     assert "the copy's speed-up the larger" not in text and "the H200's the smaller" not in text
@@ -280,7 +338,7 @@ def test_the_h200_derivations_are_in_sight():
     numbers = code_cell_with("09d", "quiet = ~noisy_shape")
     assert "f, s, a = gpu_frac[quiet], speedup[quiet], above[quiet]" in numbers
     assert "(a.H200 - a.H100).abs().max()" in numbers and "(f.H200 / peer).min()" in numbers
-    assert "(a.H200 < a.H100).any()" in numbers and ".sum(), \"of\"" not in numbers
+    assert "(a.H200 < a.H100).any()" in numbers and '.sum(), "of"' not in numbers
 
 
 def test_the_loop_before_and_after_the_chunks():
@@ -301,12 +359,18 @@ def test_the_loop_before_and_after_the_chunks():
 
     quotes(text, f"the bfloat16 loop alone goes {moved('bfloat16', 256, 'loop')} of one read", "{}")
     quotes(text, f"float32's, which had instructions to spare, {moved('float32', 256, 'loop')}", "{}")
-    quotes(text, f"goes {moved('bfloat16', 256, 'topk')} in bfloat16 and {moved('float32', 256, 'topk')} in float32", "{}")
+    quotes(
+        text, f"goes {moved('bfloat16', 256, 'topk')} in bfloat16 and {moved('float32', 256, 'topk')} in float32", "{}"
+    )
     quotes(text, f"(at 64 rows {moved('bfloat16', 64, 'topk')} and {moved('float32', 64, 'topk')})", "{}")
     assert frac.loc[("bfloat16", 64, "loop")]["chunkmax16B"] > 1 > frac.loc[("float32", 64, "loop")]["chunkmax16B"]
     assert 64 * 256000 * 2 / 1e6 < 50 and "are 33 MB" in text and round(64 * 256000 * 2 / 1e6) == 33
     at = {M: after[[(d, M, v) for d in ("bfloat16", "float32") for v in designs]] for M in (64, 256)}
-    quotes(text, f"{at[256].min():.1f} to {at[256].max():.1f} µs at 256 rows and {at[64].min():.1f} to {at[64].max():.1f} µs at 64", "{}")
+    quotes(
+        text,
+        f"{at[256].min():.1f} to {at[256].max():.1f} µs at 256 rows and {at[64].min():.1f} to {at[64].max():.1f} µs at 64",
+        "{}",
+    )
     chunk = us.loc[("bfloat16", 256, "chunkmax16B")]
     quotes(text, f"the chunked loop takes {chunk['loop']:.1f} of the {chunk['topk']:.1f} µs", "{}")
     assert '(us["topk"] - us["loop"]).round(1)' in code_cell_with("09d", 'loops = data.load("topk_loop"')
@@ -318,6 +382,7 @@ def test_the_search_for_t_counts():
     import math
 
     import torch
+
     from helpers.kernels.sampling import LANE_PROGRAMS_PER_SM, lane_plan
 
     ns = {"torch": torch, "math": math}
@@ -330,17 +395,35 @@ def test_the_search_for_t_counts():
         m, v2 = ns["lane_tops"](rows, plan)
         t, above, counts, shared = ns["search"](m)
         unclean = (ns["ordered"](v2) >= t[:, None]).sum(-1).double()
-        got.append((counts.double().mean(), counts.max(), above.double().mean(), unclean.mean(), unclean.max(),
-                    ns["unclean_lanes"](rows, plan).mean(), shared.double().mean()))
+        got.append(
+            (
+                counts.double().mean(),
+                counts.max(),
+                above.double().mean(),
+                unclean.mean(),
+                unclean.max(),
+                ns["unclean_lanes"](rows, plan).mean(),
+                shared.double().mean(),
+            )
+        )
     text = cell_with("09d", "so the search starts below them: about")
     assert all(round(float(g[6]), 1) == round(float(got[0][6]), 1) for g in got)  # "at 64 and at 256 rows"
-    quotes(text, f"share their {got[0][6]:.0f} highest bits with its maximum ({got[0][6]:.1f} on average at 64 and at 256 rows)", "{}")
+    quotes(
+        text,
+        f"share their {got[0][6]:.0f} highest bits with its maximum ({got[0][6]:.1f} on average at 64 and at 256 rows)",
+        "{}",
+    )
     quotes(text, f"({got[0][0]:.1f} and {got[1][0]:.1f} on average, at most {max(g[1] for g in got)})", "{}")
     quotes(text, f"for {got[0][2]:.0f} and {got[1][2]:.0f} lane maxima", "{}")
-    quotes(text, f"{got[0][3]:.2f} and {got[1][3]:.2f} a row instead of {got[0][5]:.2f} and {got[1][5]:.2f}, "
-                 f"at most {got[0][4]:.0f} and {got[1][4]:.0f}", "{}")
+    quotes(
+        text,
+        f"{got[0][3]:.2f} and {got[1][3]:.2f} a row instead of {got[0][5]:.2f} and {got[1][5]:.2f}, "
+        f"at most {got[0][4]:.0f} and {got[1][4]:.0f}",
+        "{}",
+    )
     assert all(round(float(g[0])) == 6 for g in got) and max(g[2] for g in got) <= 66  # "about 6", at most `stop`
     from helpers.kernels.sampling import lane_launches
+
     launches, _ = lane_launches(torch.empty(2, 32000), 64, 50)  # K = 64 for k = 50
     stop = launches[1].args[-2]  # the merge's stop, before n_real
     assert inspect.signature(ns["search"]).parameters["stop"].default == stop  # the cell replays the kernel's
@@ -376,26 +459,38 @@ def test_flashinfer_against_sample_in_gpu_time():
         assert not noisy.any(axis=None)
         assert (times.min(axis=1) > 1).all()  # "ahead ... at every shape"
         m, r = times[~radix], times[radix]
-        part = text[text.index(lead):]
+        part = text[text.index(lead) :]
         if gpu == "h100":
-            quotes(part, f"FlashInfer's same draw takes {m.flashinfer_sample.min():.1f} to {m.flashinfer_sample.max():.1f} "
-                         f"times `sample`'s GPU time, and its kernels alone {m.flashinfer_sample_scaled.min():.1f} to "
-                         f"{m.flashinfer_sample_scaled.max():.1f} times; from 128256 columns on (the radix path) "
-                         f"{r.flashinfer_sample.min():.1f} to {r.flashinfer_sample.max():.1f} times, its kernels alone "
-                         f"{r.flashinfer_sample_scaled.min():.1f} to {r.flashinfer_sample_scaled.max():.1f} times", "{}")
+            quotes(
+                part,
+                f"FlashInfer's same draw takes {m.flashinfer_sample.min():.1f} to {m.flashinfer_sample.max():.1f} "
+                f"times `sample`'s GPU time, and its kernels alone {m.flashinfer_sample_scaled.min():.1f} to "
+                f"{m.flashinfer_sample_scaled.max():.1f} times; from 128256 columns on (the radix path) "
+                f"{r.flashinfer_sample.min():.1f} to {r.flashinfer_sample.max():.1f} times, its kernels alone "
+                f"{r.flashinfer_sample_scaled.min():.1f} to {r.flashinfer_sample_scaled.max():.1f} times",
+                "{}",
+            )
         else:
-            quotes(part, f"{m.flashinfer_sample.min():.1f} to {m.flashinfer_sample.max():.1f} times (kernels alone "
-                         f"{m.flashinfer_sample_scaled.min():.1f} to {m.flashinfer_sample_scaled.max():.1f}) and "
-                         f"{r.flashinfer_sample.min():.1f} to {r.flashinfer_sample.max():.1f} times (kernels alone "
-                         f"{r.flashinfer_sample_scaled.min():.1f} to {r.flashinfer_sample_scaled.max():.1f})", "{}")
+            quotes(
+                part,
+                f"{m.flashinfer_sample.min():.1f} to {m.flashinfer_sample.max():.1f} times (kernels alone "
+                f"{m.flashinfer_sample_scaled.min():.1f} to {m.flashinfer_sample_scaled.max():.1f}) and "
+                f"{r.flashinfer_sample.min():.1f} to {r.flashinfer_sample.max():.1f} times (kernels alone "
+                f"{r.flashinfer_sample_scaled.min():.1f} to {r.flashinfer_sample_scaled.max():.1f})",
+                "{}",
+            )
 
 
 def test_flashinfer_one_row():
     _, us, _, host = _flashinfer()
     text = cell_with("09d", FLASHINFER)
     row = us.loc[("float32", 1)].loc[[32000, 256000]].round(1)
-    quotes(text, f"take {row.flashinfer_sample_scaled[32000]:.1f} µs at one row of 32000 float32 logits and "
-                 f"{row.flashinfer_sample_scaled[256000]:.1f} µs at 256000", "{}")
+    quotes(
+        text,
+        f"take {row.flashinfer_sample_scaled[32000]:.1f} µs at one row of 32000 float32 logits and "
+        f"{row.flashinfer_sample_scaled[256000]:.1f} µs at 256000",
+        "{}",
+    )
     quotes(text, f"takes {row.course_sample[32000]:.1f} and {row.course_sample[256000]:.1f} µs", "{}")
     # The recording's course_sample host times are of the wrapper before its ready functions: the lesson compares
     # host times in its own section, with the H200 benchmark's (below), and quotes none from here.
@@ -403,9 +498,11 @@ def test_flashinfer_one_row():
 
 
 def test_flashinfer_derivations_are_in_sight():
-    cell = code_cell_with("09d", "us[[\"flashinfer_sample\", \"flashinfer_sample_scaled\"]].div(")
-    assert "radix & quiet" in cell and "(\"float32\", 1)" in cell and "host_us" not in cell
-    assert 'data.load("sampling_flashinfer", gpu="h200")' in code_cell_with("09d", 'data.load("sampling_flashinfer", gpu="h100")')
+    cell = code_cell_with("09d", 'us[["flashinfer_sample", "flashinfer_sample_scaled"]].div(')
+    assert "radix & quiet" in cell and '("float32", 1)' in cell and "host_us" not in cell
+    assert 'data.load("sampling_flashinfer", gpu="h200")' in code_cell_with(
+        "09d", 'data.load("sampling_flashinfer", gpu="h100")'
+    )
 
 
 # The merge's chain, longer and shortened (figures/data/topk_merge_h100.csv), as the deep dive's cell derives it: only
@@ -427,13 +524,21 @@ def test_the_shorter_merge_chain():
     text = cell_with("09d", MERGE_AB)
     quotes(text, f"it saves {gain[big].min():.1f} to {gain[big].max():.1f} µs, the most at 256 rows", "{}")
     assert gain.idxmax()[1] == 256 and big[gain.idxmax()]
-    quotes(text, f"Elsewhere it saves {gain[~big].min():.1f} to {gain[~big].max():.1f} µs, {saved[~big].min():.0%} to "
-                 f"{saved[~big].max():.0%} of the time: within the noise", "{}")
+    quotes(
+        text,
+        f"Elsewhere it saves {gain[~big].min():.1f} to {gain[~big].max():.1f} µs, {saved[~big].min():.0%} to "
+        f"{saved[~big].max():.0%} of the time: within the noise",
+        "{}",
+    )
     assert "faster at all" not in text  # no tally over savings inside the noise
     b, f = frac.loc[("bfloat16", 256, 256000)], frac.loc[("float32", 256, 256000)]
     assert b["cand_lw"] / b["library"] > 1.08 > f["cand_lw"] / f["library"]  # beyond the noise in bfloat16 only
-    quotes(text, f"from {b['library']:.3f} to {b['cand_lw']:.3f} of one read in bfloat16 (in float32, from "
-                 f"{f['library']:.3f} to {f['cand_lw']:.3f}: within the noise)", "{}")
+    quotes(
+        text,
+        f"from {b['library']:.3f} to {b['cand_lw']:.3f} of one read in bfloat16 (in float32, from "
+        f"{f['library']:.3f} to {f['cand_lw']:.3f}: within the noise)",
+        "{}",
+    )
     quotes(text, f"The merge alone still takes {alone.min():.1f} to {alone.max():.1f} µs", "{}")
     cell = code_cell_with("09d", 'merge_ab = data.load("topk_merge", gpu="h100")')
     assert "big = saved > 0.08" in cell and "gain[~big].min()" in cell
@@ -458,8 +563,9 @@ def test_the_pipelining_rule_and_its_effect_within_the_noise():
         t = topk.pivot_table(index=["dtype", "M", "N"], columns="variant", values="graph_us")
         assert ((t.st3 / t.lib - 1).abs() < 0.05).all()  # within the spread, either way
         for (dtype, M, N), row in t.iterrows():
-            plan = lane_plan(M, N, LANE_BYTES // (2 if dtype == "bfloat16" else 4),
-                             target_programs=132 * LANE_PROGRAMS_PER_SM)  # both GPUs have 132 SMs
+            plan = lane_plan(
+                M, N, LANE_BYTES // (2 if dtype == "bfloat16" else 4), target_programs=132 * LANE_PROGRAMS_PER_SM
+            )  # both GPUs have 132 SMs
             steps = plan["slice_len"] // (plan["block"] * plan["chunk"])
             assert plan["stages"] == (3 if steps >= 8 else 1)
 
@@ -478,13 +584,23 @@ def test_where_the_target_is_out_of_reach():
     out = allows < fixed
     text = cell_with("09d", REACH)
     assert out.sum() == 5 and len(out) == 16
-    quotes(text, f"0.85 allows {allows[out].min():.2f} to {allows[out].max():.2f} µs above the read, less than the "
-                 f"copy's own {fixed:.2f} µs at one row", "{}")
-    quotes(text, f"it allows {allows[~out].min():.1f} to {allows[~out].max():.1f} µs, where `softmax_topk` spends "
-                 f"{spends[~out].min():.1f} to {spends[~out].max():.1f} µs above the read", "{}")
+    quotes(
+        text,
+        f"0.85 allows {allows[out].min():.2f} to {allows[out].max():.2f} µs above the read, less than the "
+        f"copy's own {fixed:.2f} µs at one row",
+        "{}",
+    )
+    quotes(
+        text,
+        f"it allows {allows[~out].min():.1f} to {allows[~out].max():.1f} µs, where `softmax_topk` spends "
+        f"{spends[~out].min():.1f} to {spends[~out].max():.1f} µs above the read",
+        "{}",
+    )
     assert (spends[out] > allows[out]).all()  # the five are missed, as the target says they must be
     cell = code_cell_with("09d", "out_of_reach = reach")
-    assert 'bench.query("provider == \'copy\' and M == 1").graph_us.min()' in cell and "one_read / 0.85 - one_read" in cell
+    assert (
+        "bench.query(\"provider == 'copy' and M == 1\").graph_us.min()" in cell and "one_read / 0.85 - one_read" in cell
+    )
 
 
 # Where the merge's time goes: the merge kernel cut short after each step (tools/merge_stages.py, H100 recording).
@@ -504,15 +620,27 @@ def test_where_the_merge_spends_its_time():
     quotes(text, f"takes {whole.min():.1f} to {whole.max():.1f} µs at every shape", "{}")
     assert 9.5 <= whole.min() and whole.max() < 11.5  # "about 10 µs of dependent steps", the bounds section
     assert "about 10 µs of dependent steps" in cell_with("09d", "What bounds a one-pass kernel")
-    quotes(text, f"at most {(steps.max() / whole).max():.0%} of the chain, and without it at least "
-                 f"{(whole - steps.max()).min():.1f} µs would remain", "{}")
+    quotes(
+        text,
+        f"at most {(steps.max() / whole).max():.0%} of the chain, and without it at least "
+        f"{(whole - steps.max()).min():.1f} µs would remain",
+        "{}",
+    )
     quotes(text, f"costs {adds.loc['launch'].min():.1f} to {adds.loc['launch'].max():.1f} µs", "{}")
     search = adds.loc["search"]
     assert set(lanes[rows == 256]) == {1024} and set(lanes[rows < 256]) == {4096}
-    quotes(text, f"costs {search[lanes == 1024].min():.1f} to {search[lanes == 1024].max():.1f} µs with 1024 lanes a row "
-                 f"(256 rows) and {search[lanes == 4096].min():.1f} to {search[lanes == 4096].max():.1f} µs with 4096", "{}")
-    quotes(text, f"costs {adds.loc['lists'].min():.1f} to {adds.loc['lists'].max():.1f} µs, and the sort of the candidates "
-                 f"{adds.loc['sort'].min():.1f} to {adds.loc['sort'].max():.1f} µs", "{}")
+    quotes(
+        text,
+        f"costs {search[lanes == 1024].min():.1f} to {search[lanes == 1024].max():.1f} µs with 1024 lanes a row "
+        f"(256 rows) and {search[lanes == 4096].min():.1f} to {search[lanes == 4096].max():.1f} µs with 4096",
+        "{}",
+    )
+    quotes(
+        text,
+        f"costs {adds.loc['lists'].min():.1f} to {adds.loc['lists'].max():.1f} µs, and the sort of the candidates "
+        f"{adds.loc['sort'].min():.1f} to {adds.loc['sort'].max():.1f} µs",
+        "{}",
+    )
     unclean = adds.loc["unclean lanes"]
     M, N = unclean.idxmin()[1:]
     quotes(text, f"from {unclean.min():.1f} µs ({M} rows of {N}) to {unclean.max():.1f} µs", "{}")
@@ -520,7 +648,7 @@ def test_where_the_merge_spends_its_time():
     assert ((whole / library - 1).abs() < 0.01).all()  # the uncut copy takes the library merge's time
     cell = code_cell_with("09d", 'data.load("topk_merge_stages"')
     assert "chain.diff()" in cell and "data.noisy(spread.shift())" in cell
-    assert "(steps.max() / adds.loc[\"the whole merge\"]).max()" in cell and "- steps.max()).min()" in cell
+    assert '(steps.max() / adds.loc["the whole merge"]).max()' in cell and "- steps.max()).min()" in cell
 
 
 # What a call costs the CPU (figures/data/sampling_h200.csv: the library's calls and the same kernels behind the
@@ -543,15 +671,23 @@ def test_host_time_a_call_against_the_obvious_wrapper_and_pytorch():
     host, gpu_us, few, _, _ = _host()
     text = cell_with("09d", HOST)
     assert len(host) == 32
-    for call, peer, name, peer_quote in [("course_softmax_topk", "torch_softmax_topk", "`softmax_topk` costs the CPU",
-                                          "PyTorch's softmax + top-k costs"),
-                                         ("course_sample", "torch_hf_sample", "one of `sample`", "the Hugging Face chain")]:
+    for call, peer, name, peer_quote in [
+        (
+            "course_softmax_topk",
+            "torch_softmax_topk",
+            "`softmax_topk` costs the CPU",
+            "PyTorch's softmax + top-k costs",
+        ),
+        ("course_sample", "torch_hf_sample", "one of `sample`", "the Hugging Face chain"),
+    ]:
         h = host[call]
         quotes(text, f"{name} {h.min():.0f} to {h.max():.0f} µs", "{}")
         quotes(text, f"{peer_quote} {host[peer].min():.0f} to {host[peer].max():.0f} µs", "{}")
         assert (host[peer] > h).all()
     topk, smp = (host[c + "_jit"] / host[c] for c in ("course_softmax_topk", "course_sample"))
-    quotes(text, f"cost {topk.min():.1f} to {topk.max():.1f} and {smp.min():.1f} to {smp.max():.1f} times as much", "{}")
+    quotes(
+        text, f"cost {topk.min():.1f} to {topk.max():.1f} and {smp.min():.1f} to {smp.max():.1f} times as much", "{}"
+    )
     assert min(topk.min(), smp.min()) > 2 and "more than `softmax_topk` at all 32 shapes" in text
 
 
@@ -561,13 +697,25 @@ def test_host_time_against_flashinfer_across_runs():
     n = host.index.get_level_values("N")
     s, f = host.course_sample, fi_run.flashinfer_sample.reindex(host.index)
     assert f.notna().all()
-    quotes(text, f"FlashInfer's same draw cost {f[n == 32000].min():.0f} to {f[n == 32000].max():.0f} µs at 32000 columns "
-                 f"and {f[n > 32000].min():.0f} to {f[n > 32000].max():.0f} µs from 128256 on", "{}")
-    quotes(text, f"`sample` here: {s[n == 32000].min():.0f} to {s[n == 32000].max():.0f} and "
-                 f"{s[n > 32000].min():.0f} to {s[n > 32000].max():.0f} µs", "{}")
+    quotes(
+        text,
+        f"FlashInfer's same draw cost {f[n == 32000].min():.0f} to {f[n == 32000].max():.0f} µs at 32000 columns "
+        f"and {f[n > 32000].min():.0f} to {f[n > 32000].max():.0f} µs from 128256 on",
+        "{}",
+    )
+    quotes(
+        text,
+        f"`sample` here: {s[n == 32000].min():.0f} to {s[n == 32000].max():.0f} and "
+        f"{s[n > 32000].min():.0f} to {s[n > 32000].max():.0f} µs",
+        "{}",
+    )
     assert "a comparison across runs" in text
-    quotes(text, f"behind a wrapper that planned every call, as `_jit` does: {fi_run.course_sample.min():.0f} to "
-                 f"{fi_run.course_sample.max():.0f} µs", "{}")
+    quotes(
+        text,
+        f"behind a wrapper that planned every call, as `_jit` does: {fi_run.course_sample.min():.0f} to "
+        f"{fi_run.course_sample.max():.0f} µs",
+        "{}",
+    )
     assert "fi_run.course_sample.min()" in code_cell_with("09d", 'host[call + "_jit"] / host[call]')
 
 
@@ -580,16 +728,24 @@ def test_host_time_above_gpu_time_at_few_rows_and_eager_not_used():
         quotes(text, f"{g.min():.1f} to {g.max():.1f} µs", "{}")
         quotes(text, f"{over.min():.1f} to {over.max():.1f}", "{}")
         assert (over > 1).all() and "above that at every shape" in text
-    quotes(text, f"spread over 10% at {eager.course_softmax_topk.sum()} (`softmax_topk`) and {eager.course_sample.sum()} "
-                 f"(`sample`) of the {few.sum()} shapes", "{}")
+    quotes(
+        text,
+        f"spread over 10% at {eager.course_softmax_topk.sum()} (`softmax_topk`) and {eager.course_sample.sum()} "
+        f"(`sample`) of the {few.sum()} shapes",
+        "{}",
+    )
     assert eager.course_softmax_topk.sum() > 0  # else the eager timings could be used
 
 
 def test_host_derivations_are_in_sight():
     table = code_cell_with("09d", "host = h200.pivot_table(")
-    assert '"course_softmax_topk_jit"' in table and "few = host.index.get_level_values(\"M\") <= 8" in table
+    assert '"course_softmax_topk_jit"' in table and 'few = host.index.get_level_values("M") <= 8' in table
     numbers = code_cell_with("09d", 'host[call + "_jit"] / host[call]')
-    assert "(host[peer] > h).sum()" in numbers and "fi_h200.pivot_table(" in numbers and "data.noisy(eager_spread" in numbers
+    assert (
+        "(host[peer] > h).sum()" in numbers
+        and "fi_h200.pivot_table(" in numbers
+        and "data.noisy(eager_spread" in numbers
+    )
 
 
 FIXED = "The course's points follow the dashed line at every size"
@@ -604,7 +760,11 @@ def test_the_fixed_cost_picture():
     both = [_bench().assign(gpu="H100"), data.load("sampling", gpu="h200").assign(gpu="H200")]
     import pandas as pd
 
-    us = pd.concat(both).query("M >= 64").pivot_table(index=["dtype", "M", "N"], columns=["provider", "gpu"], values="graph_us")
+    us = (
+        pd.concat(both)
+        .query("M >= 64")
+        .pivot_table(index=["dtype", "M", "N"], columns=["provider", "gpu"], values="graph_us")
+    )
     reads = (us["copy"][~noisy_shape] / 2).stack()
     text = cell_with("09d", FIXED)
     quotes(text, f"one read plus a roughly fixed {fixed_us:.1f} µs", "{}")
@@ -614,7 +774,11 @@ def test_the_fixed_cost_picture():
     at_target = f.stack()[f.stack() >= 0.85].index.tolist()
     assert at_target == long_reads and "it is the one cell at 0.85" in text
     # "follow the dashed line at every size": one and eight rows spend about as much above their read
-    few = pd.concat(both).query("M <= 8").pivot_table(index=["dtype", "M", "N"], columns=["provider", "gpu"], values="graph_us")
+    few = (
+        pd.concat(both)
+        .query("M <= 8")
+        .pivot_table(index=["dtype", "M", "N"], columns=["provider", "gpu"], values="graph_us")
+    )
     few_above = (few["course_softmax_topk"] - few["copy"] / 2).stack()
     # "roughly fixed": within a third of the median at every size, while the read itself grows more than 50-fold
     assert (few_above - fixed_us).abs().max() < fixed_us / 3 and (a.stack() - fixed_us).abs().max() < fixed_us / 3
@@ -651,8 +815,10 @@ def test_the_lane_picture_caption():
     assert "plots.show(lesson09.plot_lanes(ex))" in cell
 
 
-
-
 def test_the_fixed_cost_in_what_bounds_a_one_pass_kernel():
     noisy_shape, f, s, a, peer = _gpus()
-    quotes(cell_with("09d", "## What bounds a one-pass kernel"), f"one read plus about {a.stack().median():.0f} µs at every size", "{}")
+    quotes(
+        cell_with("09d", "## What bounds a one-pass kernel"),
+        f"one read plus about {a.stack().median():.0f} µs at every size",
+        "{}",
+    )

@@ -21,8 +21,13 @@ def test_performance_md_is_short_and_current():
 
 
 def test_generated_tables_match_the_recordings():
-    r = subprocess.run([sys.executable, str(ROOT / "tools" / "bench_table.py"), "--check"], capture_output=True, text=True,
-                       cwd=ROOT, timeout=120)
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "bench_table.py"), "--check"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
 
 
@@ -38,6 +43,11 @@ def test_every_tool_is_named_in_the_docs():
 def test_the_readme_lesson_table_and_workshop_plan_come_from_the_lessons():
     """README's lesson table and workshop plan are written by tools/course.py from each lesson's first cell (its
     title, summary and stated time): they agree with the lessons."""
-    r = subprocess.run([sys.executable, str(ROOT / "tools" / "course.py"), "--check"], capture_output=True, text=True,
-                       cwd=ROOT, timeout=60)
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "course.py"), "--check"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stdout + r.stderr

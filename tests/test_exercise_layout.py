@@ -49,8 +49,9 @@ def _exercises(nb):
         m = HEADING.search(_src(c)) if c["cell_type"] == "markdown" else None
         if not m:
             continue
-        sol = next((j for j in range(i + 1, len(cells))
-                    if "solution" in cells[j].get("metadata", {}).get("tags", [])), None)
+        sol = next(
+            (j for j in range(i + 1, len(cells)) if "solution" in cells[j].get("metadata", {}).get("tags", [])), None
+        )
         assert sol is not None, f"exercise {m.group(1)}: no cell tagged 'solution' after it"
         code = [j for j in range(i + 1, sol) if cells[j]["cell_type"] == "code"]
         assert len(code) >= 2, f"exercise {m.group(1)}: a template cell and a checker cell before the solution"
@@ -73,13 +74,17 @@ def test_solutions_are_collapsed_and_not_on_screen_before_their_checker(path):
             if k == template:
                 continue
             c = cells[k]
-            shown = ("\n".join(_norm(line) for line in _src(c).splitlines()) if c["cell_type"] == "code" else "") \
-                + "\n" + "\n".join(_norm(line) for line in _outputs(c).splitlines())
+            shown = (
+                ("\n".join(_norm(line) for line in _src(c).splitlines()) if c["cell_type"] == "code" else "")
+                + "\n"
+                + "\n".join(_norm(line) for line in _outputs(c).splitlines())
+            )
             shown_lines |= set(shown.splitlines())
         leaked = sorted(line for line in lines if line in shown_lines)
         assert len(leaked) <= max(2, len(lines) // 3), (
             f"{path.stem}: {len(leaked)} of the {len(lines)} lines of exercise {ex}'s solution are on screen "
-            f"before its checker (cell {checker}): {leaked[:4]}")
+            f"before its checker (cell {checker}): {leaked[:4]}"
+        )
 
 
 def test_every_kernel_lesson_has_an_exercise():

@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 import time
 
-import helpers
 import pytest
 import torch
+
+import helpers
 from helpers import exercises as ex
 from helpers.exercises import CORRECT, NOT_YET, WRONG, Wrong, check, expect_close, fmt, fmt_pair
 
@@ -61,8 +62,7 @@ def test_wrong_answer(capsys):
     assert_one_line(out, v)
     assert v.status == WRONG and not v.ok
     assert out == (
-        "Exercise 1.1 (softmax by hand): wrong: on input [[1.0, 2.0]] "
-        "expected [[0.2689, 0.7311]], got [[0.5, 0.5]]\n"
+        "Exercise 1.1 (softmax by hand): wrong: on input [[1.0, 2.0]] expected [[0.2689, 0.7311]], got [[0.5, 0.5]]\n"
     )
 
 
@@ -160,14 +160,17 @@ def test_expect_close_unattempted_is_not_implemented(got):
         expect_close(got, EXPECTED)
 
 
-@pytest.mark.parametrize("got, words", [
-    ([[0.25, 0.75]], "expected a torch.Tensor, got list"),
-    (0.5, "expected a torch.Tensor, got float"),
-    (torch.tensor([0.25, 0.75]), "expected shape (1, 2), got (2,)"),
-    (torch.tensor([[0.5, 0.5]]), "expected [[0.25, 0.75]], got [[0.5, 0.5]]"),
-    (torch.tensor([[float("nan"), 0.75]]), "NaN in different places"),
-    (torch.tensor([[float("inf"), 0.75]]), "expected [[0.25, 0.75]], got [[inf, 0.75]]"),
-])
+@pytest.mark.parametrize(
+    "got, words",
+    [
+        ([[0.25, 0.75]], "expected a torch.Tensor, got list"),
+        (0.5, "expected a torch.Tensor, got float"),
+        (torch.tensor([0.25, 0.75]), "expected shape (1, 2), got (2,)"),
+        (torch.tensor([[0.5, 0.5]]), "expected [[0.25, 0.75]], got [[0.5, 0.5]]"),
+        (torch.tensor([[float("nan"), 0.75]]), "NaN in different places"),
+        (torch.tensor([[float("inf"), 0.75]]), "expected [[0.25, 0.75]], got [[inf, 0.75]]"),
+    ],
+)
 def test_expect_close_wrong(got, words):
     with pytest.raises(Wrong) as info:
         expect_close(got, EXPECTED)
@@ -225,8 +228,7 @@ def test_verdict_line():
 
 
 def test_fmt_pair_never_renders_two_different_values_alike():
-    assert fmt_pair(torch.tensor([1.0, 0.50001]), torch.tensor([1.0, 0.50002])) == (
-        "[1.0, 0.50001]", "[1.0, 0.50002]")
+    assert fmt_pair(torch.tensor([1.0, 0.50001]), torch.tensor([1.0, 0.50002])) == ("[1.0, 0.50001]", "[1.0, 0.50002]")
     assert fmt_pair(1.00000001, 1.00000002) == ("1.00000001", "1.00000002")
     e = torch.zeros(2, 3, 6, 8)
     g = e.clone()
@@ -259,8 +261,7 @@ def test_expect_close_names_the_first_wrong_element_of_a_big_tensor():
     got[1, 1, 0, 0] = 2.0
     with pytest.raises(Wrong) as info:
         expect_close(got, e)
-    assert str(info.value) == ("at index [1, 0, 2, 5] expected 0.0, got 0.5 (max abs error 2, 2 of 288 elements "
-                               "wrong)")
+    assert str(info.value) == ("at index [1, 0, 2, 5] expected 0.0, got 0.5 (max abs error 2, 2 of 288 elements wrong)")
 
 
 def test_expect_close_says_where_a_nan_is():
@@ -313,15 +314,23 @@ def test_a_function_that_returns_in_time_is_not_interrupted_later():
 
 # What PyTorch says when a kernel makes the GPU fault (the worker's error text; the GPU run in
 # figures/data/oob_gpu_demo_h100.csv showed the hint cut off in the middle of its URL).
-CUDA_FAULT = ("CUDA error: an illegal memory access was encountered\nSearch for `cudaErrorIllegalAddress' in "
-              "https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html for more information.\n"
-              "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below "
-              "might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1\n"
-              "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n")
+CUDA_FAULT = (
+    "CUDA error: an illegal memory access was encountered\nSearch for `cudaErrorIllegalAddress' in "
+    "https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html for more information.\n"
+    "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below "
+    "might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1\n"
+    "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n"
+)
 
 
-@pytest.mark.parametrize("message", [CUDA_FAULT, " ".join(CUDA_FAULT.split()),
-                                     "CUDA error: an illegal memory access was encountered. See https://x.org/a"])
+@pytest.mark.parametrize(
+    "message",
+    [
+        CUDA_FAULT,
+        " ".join(CUDA_FAULT.split()),
+        "CUDA error: an illegal memory access was encountered. See https://x.org/a",
+    ],
+)
 def test_a_gpu_fault_hint_keeps_the_errors_first_sentence_and_no_url(monkeypatch, message):
     from helpers import sandbox as sb
 
@@ -331,8 +340,10 @@ def test_a_gpu_fault_hint_keeps_the_errors_first_sentence_and_no_url(monkeypatch
     monkeypatch.setattr(sb, "run", faulting_run)
     with pytest.raises(Wrong) as info:
         ex.run_learner_kernel(lambda: None, (1,))
-    assert str(info.value) == ("your kernel made the GPU fault (CUDA error: an illegal memory access was encountered): "
-                               "most likely an access outside its tensors: check the masks and the strides")
+    assert str(info.value) == (
+        "your kernel made the GPU fault (CUDA error: an illegal memory access was encountered): "
+        "most likely an access outside its tensors: check the masks and the strides"
+    )
 
 
 triton = pytest.importorskip("triton")
@@ -427,8 +438,9 @@ def test_the_worker_runs_a_right_kernel_and_copies_its_output_back(capsys):
 def test_callable_grid_shared_storage_and_dtype_arguments():
     base = ex.guarded((20,), fill=1.0)
     x, out = base[:10], base[10:]  # two tensors of one storage: sent once, both copied back
-    ex.run_learner_kernel(scale_kernel, lambda meta: (triton.cdiv(meta["n"], meta["BLOCK"]),), out, x, 10,
-                          BLOCK=16, outputs=())
+    ex.run_learner_kernel(
+        scale_kernel, lambda meta: (triton.cdiv(meta["n"], meta["BLOCK"]),), out, x, 10, BLOCK=16, outputs=()
+    )
     assert out.tolist() == [2.0] * 10 and x.tolist() == [1.0] * 10
     assert ex.guards_intact(base)
 
@@ -489,7 +501,9 @@ def test_a_learner_error_in_the_kernel_is_reported_with_its_type(capsys):
         tl.store(out_ptr + offs, tl.load(in_ptr + offs, mask=offs < n) + no_such_name, mask=offs < n)  # noqa: F821
 
     v, out = run(capsys, undefined_name_kernel, scale_trial)
-    assert v.status == WRONG and v.detail.startswith("on 10 elements your kernel raised ") and "no_such_name" in v.detail
+    assert (
+        v.status == WRONG and v.detail.startswith("on 10 elements your kernel raised ") and "no_such_name" in v.detail
+    )
     with pytest.raises(Exception) as info:  # run_learner_kernel re-raises it (same type name and message)
         x, o = ex.guarded((4,), fill=1.0), ex.guarded((4,))
         ex.run_learner_kernel(undefined_name_kernel, (1,), o, x, 4, BLOCK=4)
@@ -536,6 +550,7 @@ def test_an_interrupt_of_the_notebook_leaves_an_idle_worker_alone():
 
 
 # ---- The traffic line: a correct kernel, checked under the interpreter, is told the bytes it moved -------------------
+
 
 def _softmax_trial(kernel):
     guarded, run_learner_kernel = ex.guarded, ex.run_learner_kernel

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import helpers  # noqa: F401  (first: interpreter or GPU)
 import matplotlib.pyplot as plt
 import pytest
 from matplotlib.testing.compare import compare_images
 
 import figures as figure_tool
+import helpers  # noqa: F401  (first: interpreter or GPU)
 
 ROOT = Path(__file__).resolve().parent.parent
 FIGS = figure_tool.all_figures()  # without Triton: the lessons 01-02 and the README's that import without it
@@ -21,8 +21,10 @@ def test_every_committed_figure_has_a_drawing_function():
     committed = {p.stem for p in (ROOT / "figures").glob("*.png")}
     if not helpers.HAS_TRITON:
         pytest.skip("the kernel lessons' figures need their modules, which need Triton")
-    assert committed == set(FIGS), f"drawn but not committed: {sorted(set(FIGS) - committed)}; committed but " \
+    assert committed == set(FIGS), (
+        f"drawn but not committed: {sorted(set(FIGS) - committed)}; committed but "
         f"drawn by nothing: {sorted(committed - set(FIGS))}"
+    )
 
 
 @pytest.mark.parametrize("name", sorted(FIGS))

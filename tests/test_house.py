@@ -27,7 +27,9 @@ def test_every_kernel_lesson_exports_its_kernels():
     for nb in KERNEL_LESSONS:
         own = [nb] + [d for d in DEEP_DIVES if d.name[:2] == nb.name[:2]]
         cells = [c for p in own for c in export.export_cells(p)]
-        assert cells, f"{nb.name} (or its deep dive) has no `#| export:` cell: its kernels must be written in the lesson"
+        assert cells, (
+            f"{nb.name} (or its deep dive) has no `#| export:` cell: its kernels must be written in the lesson"
+        )
         assert any("@triton.jit" in code for _, code in cells), f"{nb.name} (or its deep dive) exports no Triton kernel"
 
 
@@ -59,7 +61,9 @@ def test_an_edit_to_a_lesson_kernel_makes_the_library_stale(tmp_path):
         shutil.copytree(ROOT / sub, tmp_path / sub, ignore=shutil.ignore_patterns("__pycache__", ".ipynb_checkpoints"))
     nb_path = tmp_path / "notebooks" / "03_fused_softmax.ipynb"
     nb = json.loads(nb_path.read_text())
-    cell = next(c for c in nb["cells"] if c["cell_type"] == "code" and "def softmax_fused_kernel(" in "".join(c["source"]))
+    cell = next(
+        c for c in nb["cells"] if c["cell_type"] == "code" and "def softmax_fused_kernel(" in "".join(c["source"])
+    )
     src = "".join(cell["source"])
     assert "x - row_max" in src
     cell["source"] = src.replace("x - row_max", "x")  # the classic experiment: no max shift
@@ -87,7 +91,12 @@ def test_a_target_exported_from_two_notebooks_is_refused(tmp_path):
 def test_a_lesson_and_its_deep_dive_export_one_module_in_order(tmp_path):
     (tmp_path / "notebooks").mkdir()
     for name, line in (("03_a.ipynb", "KERNEL = 1"), ("03d_a_in_depth.ipynb", "WRAPPER = 2")):
-        cell = {"cell_type": "code", "source": f"#| export: helpers/kernels/x.py\n{line}\n", "metadata": {}, "outputs": []}
+        cell = {
+            "cell_type": "code",
+            "source": f"#| export: helpers/kernels/x.py\n{line}\n",
+            "metadata": {},
+            "outputs": [],
+        }
         (tmp_path / "notebooks" / name).write_text(json.dumps({"cells": [cell]}))
     text = export.modules(tmp_path)["helpers/kernels/x.py"]
     assert text.index("KERNEL = 1") < text.index("WRAPPER = 2")
@@ -143,7 +152,13 @@ def test_one_module_per_kernel_family():
     import helpers.kernels as K
 
     assert K.softmax_fused_kernel.fn.__module__ == "helpers.kernels.fused"
-    assert {K.softmax_online_kernel.fn.__module__, K.softmax_three_pass_kernel.fn.__module__} == {"helpers.kernels.online"}
-    assert {K.softmax_persistent_kernel.fn.__module__, K.softmax_tiled_kernel.fn.__module__} == {"helpers.kernels.persistent"}
-    assert {K.softmax_split_stats_kernel.fn.__module__, K.softmax_split_coop_kernel.fn.__module__} == {"helpers.kernels.split"}
+    assert {K.softmax_online_kernel.fn.__module__, K.softmax_three_pass_kernel.fn.__module__} == {
+        "helpers.kernels.online"
+    }
+    assert {K.softmax_persistent_kernel.fn.__module__, K.softmax_tiled_kernel.fn.__module__} == {
+        "helpers.kernels.persistent"
+    }
+    assert {K.softmax_split_stats_kernel.fn.__module__, K.softmax_split_coop_kernel.fn.__module__} == {
+        "helpers.kernels.split"
+    }
     assert K.softmax.__module__ == "helpers.kernels.dispatch"

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import functools
 
-import helpers
-import helpers.kernels as K
 import pytest
 import torch
+
+import helpers
+import helpers.kernels as K
 from helpers import DEVICE, MAX_FUSED_COLS, TOLERANCES
 
 INF, NAN = float("inf"), float("nan")
@@ -186,8 +187,15 @@ def _strided(kind: str, dtype=torch.float32):
 
 
 STRIDED = [
-    "transposed", "column_slice", "column_slice_offset", "row_slice", "expanded",
-    "batched_permuted", "batched_column_stride", "batched_unmergeable_column_stride", "batched_transposed",
+    "transposed",
+    "column_slice",
+    "column_slice_offset",
+    "row_slice",
+    "expanded",
+    "batched_permuted",
+    "batched_column_stride",
+    "batched_unmergeable_column_stride",
+    "batched_transposed",
 ]
 
 
@@ -259,8 +267,9 @@ SPECIAL_ROWS = [
 ]
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64],
-                         ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64], ids=lambda d: str(d).replace("torch.", "")
+)
 @pytest.mark.parametrize("name", VARIANTS)
 def test_special_values(name, dtype):
     x = torch.tensor(SPECIAL_ROWS, dtype=torch.float64).to(DEVICE, dtype)
@@ -302,8 +311,7 @@ def _late_max_rows(dtype):
     return rows.to(DEVICE, dtype), bs
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16],
-                         ids=["float32", "float64", "float16"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16], ids=["float32", "float64", "float16"])
 @pytest.mark.parametrize("name", LOOPED)
 def test_late_block_with_larger_max(name, dtype):
     """The online kernel rescales its running sum when a later block raises the max. Checked with
@@ -367,8 +375,11 @@ def test_persistent_num_programs(num_programs):
     assert_softmax(helpers.softmax_persistent(x, num_programs=num_programs), x)
 
 
-@pytest.mark.parametrize("kwargs", [dict(num_warps=1), dict(num_warps=2, num_stages=1), dict(num_stages=3)],
-                         ids=["warps1", "warps2-stages1", "stages3"])
+@pytest.mark.parametrize(
+    "kwargs",
+    [dict(num_warps=1), dict(num_warps=2, num_stages=1), dict(num_stages=3)],
+    ids=["warps1", "warps2-stages1", "stages3"],
+)
 def test_persistent_launch_options(kwargs):
     x = randn(6, 40, seed=4)
     assert_softmax(helpers.softmax_persistent(x, num_programs=2, **kwargs), x)
@@ -433,7 +444,9 @@ def test_looped_kernels_take_rows_longer_than_max_fused_cols(name):
     assert_softmax(LOOPED[name](x), x)
 
 
-@pytest.mark.parametrize("n_cols", [MAX_FUSED_COLS + 1, MAX_FUSED_COLS // 2 + 1], ids=["past-max-fused", "half-max-fused"])
+@pytest.mark.parametrize(
+    "n_cols", [MAX_FUSED_COLS + 1, MAX_FUSED_COLS // 2 + 1], ids=["past-max-fused", "half-max-fused"]
+)
 def test_softmax_takes_long_rows(n_cols):
     """helpers.softmax serves any row length, whichever kernel it picks for long rows."""
     x = randn(2, n_cols, seed=22, scale=2.0)

@@ -45,8 +45,8 @@ def test_no_browser_only_without_a_display():
 def test_extra_arguments_come_last_in_order():
     extra = ["--port", "8890", "--ip", "0.0.0.0", "--IdentityProvider.token=abc"]
     c = cmd(extra, root=True, display=False)
-    assert c[-len(extra):] == extra
-    assert c[:-len(extra)] == ["py", "-m", "jupyterlab", NB_DIR, "--allow-root", "--no-browser"]
+    assert c[-len(extra) :] == extra
+    assert c[: -len(extra)] == ["py", "-m", "jupyterlab", NB_DIR, "--allow-root", "--no-browser"]
 
 
 @pytest.mark.parametrize("given", ["--notebook-dir=/tmp/x", "--ServerApp.root_dir=/tmp/x", "--notebook-dir"])
@@ -96,8 +96,15 @@ def test_the_makefiles_agg_backend_is_dropped_for_the_kernels():
 def _print_command(env_update, *args, cwd):
     env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
     env.update(env_update)
-    r = subprocess.run([sys.executable, str(SCRIPT), "--print-command", *args], cwd=cwd, env=env,
-                       capture_output=True, text=True, timeout=60, check=True)
+    r = subprocess.run(
+        [sys.executable, str(SCRIPT), "--print-command", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     return shlex.split(r.stdout)
 
 
@@ -116,8 +123,14 @@ def test_print_command_here(tmp_path):
 def test_make_lab_passes_args_to_the_script():
     # -n: print, do not run; -o: do not (re)build the venv for this
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "ARGS")}
-    r = subprocess.run(["make", "-n", "--no-print-directory", "-o", ".venv/.installed-stamp", "lab",
-                        "ARGS=--port 8890 --ip 0.0.0.0"],
-                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=True)
+    r = subprocess.run(
+        ["make", "-n", "--no-print-directory", "-o", ".venv/.installed-stamp", "lab", "ARGS=--port 8890 --ip 0.0.0.0"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     lines = [line for line in r.stdout.splitlines() if "tools/lab.py" in line]
     assert len(lines) == 1 and lines[0].endswith("tools/lab.py --port 8890 --ip 0.0.0.0"), r.stdout

@@ -7,8 +7,9 @@ import torch
 
 import helpers
 from helpers import kernels as K
-from helpers.launch import DIRECT, RowSoftmax, Rows
+from helpers.launch import DIRECT, Rows, RowSoftmax
 from helpers.mode import DEVICE
+
 
 def wrapper(name):
     import helpers.kernels.dispatch as D
@@ -17,8 +18,14 @@ def wrapper(name):
     import helpers.kernels.persistent as P
     import helpers.kernels.split as S
 
-    return {"softmax": D._softmax, "fused": F.softmax_fused, "online": O._online, "tiled": P._tiled,
-            "persistent": P._persistent, "split": S._split}[name]
+    return {
+        "softmax": D._softmax,
+        "fused": F.softmax_fused,
+        "online": O._online,
+        "tiled": P._tiled,
+        "persistent": P._persistent,
+        "split": S._split,
+    }[name]
 
 
 def randn(*shape, dtype=torch.float32, seed=0, scale=3.0):
@@ -50,10 +57,10 @@ def test_each_kind_of_tensor_gets_its_own_entry(name):
     w.cache.clear()
     base = randn(40, 96, seed=3)
     cases = [
-        base,                                 # the first kind
-        base.to(torch.float16),               # another dtype
-        randn(40, 200, seed=4),               # another row length
-        base.t(),                             # another stride pattern (a transposed view)
+        base,  # the first kind
+        base.to(torch.float16),  # another dtype
+        randn(40, 200, seed=4),  # another row length
+        base.t(),  # another stride pattern (a transposed view)
         torch.cat([base.reshape(-1), base.reshape(-1)[:1]])[1:].view(40, 96),  # same shape, 4 bytes off alignment
     ]
     for i, x in enumerate(cases, 1):
@@ -141,9 +148,8 @@ def test_the_output_is_a_new_tensor_every_call():
 def test_direct_launch_on_a_gpu_jit_under_the_interpreter():
     """On a GPU the cached entry launches the compiled kernel directly (not through the JIT); under
     the interpreter it goes through kernel[grid](...)."""
-    from helpers.launch import _launch_hooks_installed
-
     import helpers.kernels.dispatch as D
+    from helpers.launch import _launch_hooks_installed
 
     x = randn(64, 300)
     helpers.softmax(x)
@@ -177,7 +183,7 @@ def test_the_public_direct_launch_serves_attention():
         assert launch.current_device() == -1
 
 
-_LAUNCHER_CALLS = r'''
+_LAUNCHER_CALLS = r"""
 import ast, json, os, sys, types
 os.environ.pop("TRITON_INTERPRET", None)
 import triton
@@ -211,7 +217,7 @@ packed = ("packed metadata",)
 run(5, 1, 1, 777, 1234, packed, None, None, None, 111, 222, 300, 64)  # as Triton's JIT calls it
 ns["raw_launcher"](types.SimpleNamespace(run=run, function=1234, packed_metadata=packed))(5, 1, 1, 777, 111, 222, 300, 64)
 print(json.dumps({"calls": [repr(c) for c in calls]}))
-'''
+"""
 
 
 def test_the_raw_launcher_passes_what_tritons_own_launcher_passes(tmp_path):
@@ -230,8 +236,13 @@ def test_the_raw_launcher_passes_what_tritons_own_launcher_passes(tmp_path):
     pytest.importorskip("triton.backends.nvidia")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     launch_py = Path(helpers.__file__).resolve().parent / "launch.py"
-    r = subprocess.run([sys.executable, "-c", _LAUNCHER_CALLS, str(launch_py), str(tmp_path)], capture_output=True,
-                       text=True, env=env, timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-c", _LAUNCHER_CALLS, str(launch_py), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     got = json.loads(r.stdout.strip().splitlines()[-1])
     if "skip" in got:
@@ -267,6 +278,7 @@ def test_a_refused_launch_uses_the_plans_fallback():
         def __getitem__(self, grid):
             def launch(*args, **kwargs):
                 raise RuntimeError("Triton Error [CUDA]: too many blocks in cooperative launch")
+
             return launch
 
         def warmup(self, *args, **kwargs):

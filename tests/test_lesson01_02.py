@@ -10,24 +10,34 @@ from __future__ import annotations
 
 import math
 
-import helpers
 import matplotlib
 import pandas as pd
 import pytest
 import torch
+from checking import _raises, _untouched
+from claims import code_cell_with
+
+import helpers
 from helpers import data, lesson01, lesson02
 from helpers.exercises import fmt
 from helpers.traffic import kernel_traffic
-from checking import _raises, _untouched
-from claims import code_cell_with
 
 
 def _run_cell(phrase: str, lesson: str = "02", **names) -> dict:
     """Run the lesson's code cell that contains ``phrase`` (what it prints goes to capsys); its namespace."""
-    ns = {"torch": torch, "helpers": helpers, "pd": pd, "data": data, "fmt": fmt, "lesson01": lesson01,
-          "lesson02": lesson02, **names}
+    ns = {
+        "torch": torch,
+        "helpers": helpers,
+        "pd": pd,
+        "data": data,
+        "fmt": fmt,
+        "lesson01": lesson01,
+        "lesson02": lesson02,
+        **names,
+    }
     exec(code_cell_with(lesson, phrase), ns)
     return ns
+
 
 # --------------------------------------------------------------------------------------------
 # Attempts for every exercise: right, untouched, wrong, raising.
@@ -186,7 +196,11 @@ def test_traffic_rows(M, N):
     ops, naive, fused = rows[:5], rows[5], rows[6]
     MN = M * N
     assert [(r["reads"], r["writes"]) for r in ops] == [
-        (MN, M), (MN + M, MN), (MN, MN), (MN, M), (MN + M, MN),
+        (MN, M),
+        (MN + M, MN),
+        (MN, MN),
+        (MN, M),
+        (MN + M, MN),
     ]
     assert (naive["reads"], naive["writes"]) == (5 * MN + 2 * M, 3 * MN + 2 * M)
     assert (fused["reads"], fused["writes"]) == (MN, MN)
@@ -267,7 +281,11 @@ def test_float16_overflow_threshold():
     assert torch.isfinite(torch.exp(torch.tensor(below, dtype=torch.float16)))
     assert torch.isinf(torch.exp(torch.tensor(above, dtype=torch.float16)))
     # consecutive float16 values: nothing lies between them
-    assert torch.tensor(above, dtype=torch.float16).view(torch.int16) - torch.tensor(below, dtype=torch.float16).view(torch.int16) == 1
+    assert (
+        torch.tensor(above, dtype=torch.float16).view(torch.int16)
+        - torch.tensor(below, dtype=torch.float16).view(torch.int16)
+        == 1
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
@@ -476,9 +494,12 @@ MASKED_WRONG = {
     "mask_after_softmax": (lambda x, m: torch.softmax(x, dim=-1) * m, "after the softmax"),
     "minus_1e9": (lambda x, m: torch.softmax(x.masked_fill(~m, -1e9), dim=-1), "-1e9"),
     "finfo_min": (lambda x, m: torch.softmax(x.masked_fill(~m, torch.finfo(x.dtype).min), dim=-1), "uniform"),
-    "no_max_shift": (lambda x, m: (torch.exp(x.masked_fill(~m, NEG_INF))
-                                   / torch.exp(x.masked_fill(~m, NEG_INF)).sum(-1, keepdim=True)).nan_to_num(0.0),
-                     "did exp overflow"),
+    "no_max_shift": (
+        lambda x, m: (
+            torch.exp(x.masked_fill(~m, NEG_INF)) / torch.exp(x.masked_fill(~m, NEG_INF)).sum(-1, keepdim=True)
+        ).nan_to_num(0.0),
+        "did exp overflow",
+    ),
     "masked_with_zero": (lambda x, m: torch.softmax(x.masked_fill(~m, 0.0), dim=-1), "must get probability 0"),
     "float32_out": (lambda x, m: masked_right(x.float(), m), "return the input's dtype"),
 }
@@ -594,8 +615,9 @@ def test_bfloat16_running_sum_stalls_where_torch_sum_does_not(capsys):
     running, summed = lesson02.bfloat16_running_sum(2048, 512)
     assert running == 0.5 and summed == 4.0  # stuck once 1/512 is 1/256 of the running sum
     _run_cell("lesson02.bfloat16_running_sum(2048, 512)")
-    assert capsys.readouterr().out.strip() == ("2048 terms of 1/512 in bfloat16: a running sum kept in bfloat16 "
-                                               "gives 0.5, torch.sum gives 4, exactly 4")
+    assert capsys.readouterr().out.strip() == (
+        "2048 terms of 1/512 in bfloat16: a running sum kept in bfloat16 gives 0.5, torch.sum gives 4, exactly 4"
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -609,22 +631,26 @@ def _lse_shift(shift, add_back=True):
         m = shift(x)
         s = torch.log(torch.exp(x - m).sum(dim=-1, keepdim=True))
         return (m + s if add_back else s).squeeze(-1)
+
     return lse
 
 
 LSE_WRONG = {
     "no_shift": (lambda x: torch.log(torch.exp(x).sum(dim=-1)), "without a shift exp(x) overflows"),
-    "not_added_back": (_lse_shift(lambda x: x.max(dim=-1, keepdim=True).values, add_back=False),
-                       "did not add it back"),
+    "not_added_back": (_lse_shift(lambda x: x.max(dim=-1, keepdim=True).values, add_back=False), "did not add it back"),
     "abs_max": (_lse_shift(lambda x: x.abs().max(dim=-1, keepdim=True).values), "the largest |x| is not the maximum"),
     "min": (_lse_shift(lambda x: x.min(dim=-1, keepdim=True).values), "shifting by the row minimum"),
     "first": (_lse_shift(lambda x: x[..., :1]), "shifting by the row's first element"),
     "mean": (_lse_shift(lambda x: x.mean(dim=-1, keepdim=True)), "shifting by the row mean"),
     "global_max": (_lse_shift(lambda x: x.max()), "one maximum for the whole tensor"),
-    "mean_in_float64": (lambda x: _lse_shift(lambda z: z.mean(dim=-1, keepdim=True))(x.double()).to(x.dtype),
-                        "did exp overflow, or underflow to 0?"),
-    "min_in_float64": (lambda x: _lse_shift(lambda z: z.min(dim=-1, keepdim=True).values)(x.double()).to(x.dtype),
-                       "did exp overflow, or underflow to 0?"),
+    "mean_in_float64": (
+        lambda x: _lse_shift(lambda z: z.mean(dim=-1, keepdim=True))(x.double()).to(x.dtype),
+        "did exp overflow, or underflow to 0?",
+    ),
+    "min_in_float64": (
+        lambda x: _lse_shift(lambda z: z.min(dim=-1, keepdim=True).values)(x.double()).to(x.dtype),
+        "did exp overflow, or underflow to 0?",
+    ),
 }
 
 
@@ -635,9 +661,15 @@ def test_checker_2_1_wrong_answers(capsys, name):
     assert "): wrong: " in line and hint in line, line
 
 
-@pytest.mark.parametrize("right", [lse_right, lambda x: torch.logsumexp(x, dim=-1),
-                                   lambda x: torch.logsumexp(x.float(), dim=-1).to(x.dtype),
-                                   lambda x: _lse_shift(lambda z: z.max(dim=-1, keepdim=True).values)(x.double())])
+@pytest.mark.parametrize(
+    "right",
+    [
+        lse_right,
+        lambda x: torch.logsumexp(x, dim=-1),
+        lambda x: torch.logsumexp(x.float(), dim=-1).to(x.dtype),
+        lambda x: _lse_shift(lambda z: z.max(dim=-1, keepdim=True).values)(x.double()),
+    ],
+)
 def test_checker_2_1_right_answers(capsys, right):
     assert "): correct" in _run(capsys, lesson02.check_2_1, right)
 
@@ -646,8 +678,11 @@ def test_checker_2_1_rows_overflow_every_shift_but_the_max():
     """Each float32 row overflows or underflows a shift by its mean, first element or minimum (in its
     dtype), and the wide rows do so even in float64."""
     cases = lesson02._lse_cases()
-    shifts = {"mean": lambda x: x.mean(dim=-1, keepdim=True), "first": lambda x: x[..., :1],
-              "min": lambda x: x.min(dim=-1, keepdim=True).values}
+    shifts = {
+        "mean": lambda x: x.mean(dim=-1, keepdim=True),
+        "first": lambda x: x[..., :1],
+        "min": lambda x: x.min(dim=-1, keepdim=True).values,
+    }
     for name, shift in shifts.items():
         for dtype in (torch.float32, torch.float16, torch.float64):
             rows = [x for x in cases if x.dtype == (torch.float16 if dtype == torch.float16 else torch.float32)]
@@ -660,6 +695,7 @@ def _softmax_t(shift, scale=lambda x, T: x / T):
         z = scale(x, T)
         e = torch.exp(z - shift(z))
         return e / e.sum(dim=-1, keepdim=True)
+
     return f
 
 
@@ -686,12 +722,15 @@ def _log_softmax(shift, subtract=True):
         m = shift(x)
         s = torch.log(torch.exp(x - m).sum(dim=-1, keepdim=True))
         return x - m - s if subtract else x - s
+
     return f
 
 
 LOG_SOFTMAX_WRONG = {
-    "shift_left_in": (_log_softmax(lambda x: x.max(dim=-1, keepdim=True).values, subtract=False),
-                      "off by the row maximum"),
+    "shift_left_in": (
+        _log_softmax(lambda x: x.max(dim=-1, keepdim=True).values, subtract=False),
+        "off by the row maximum",
+    ),
     "no_shift": (lambda x: x - torch.log(torch.exp(x).sum(dim=-1, keepdim=True)), "without a shift exp(x) overflows"),
     "abs_max": (_log_softmax(lambda x: x.abs().max(dim=-1, keepdim=True).values), "the largest |x| is not the maximum"),
     "log_of_softmax": (lambda x: torch.log(helpers.stable_softmax(x)), "log(softmax(x))"),
@@ -736,30 +775,46 @@ def test_checker_1_1_wrong_answers(capsys, name):
     assert "): wrong: " in line and hint in line, line
 
 
-@pytest.mark.parametrize("fn", [
-    lambda x: torch.softmax(x, -1),
-    lambda x: torch.softmax(x, dim=0),
-    lambda x: torch.nn.functional.softmax(x, dim=-1),
-    lambda x: x.softmax(-1),
-    lambda x: torch.nn.Softmax(dim=-1)(x),
-    lambda x: torch.special.softmax(x, 0),
-    lambda x: torch.exp(torch.log_softmax(x, -1)),
-    lambda x: torch.softmax(x, -1) + 1e-3,  # wrong and ready-made: the rule comes first
-], ids=["torch.softmax", "torch.softmax dim=0", "F.softmax", "Tensor.softmax", "nn.Softmax", "special.softmax",
-        "exp of log_softmax", "wrong too"])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: torch.softmax(x, -1),
+        lambda x: torch.softmax(x, dim=0),
+        lambda x: torch.nn.functional.softmax(x, dim=-1),
+        lambda x: x.softmax(-1),
+        lambda x: torch.nn.Softmax(dim=-1)(x),
+        lambda x: torch.special.softmax(x, 0),
+        lambda x: torch.exp(torch.log_softmax(x, -1)),
+        lambda x: torch.softmax(x, -1) + 1e-3,  # wrong and ready-made: the rule comes first
+    ],
+    ids=[
+        "torch.softmax",
+        "torch.softmax dim=0",
+        "F.softmax",
+        "Tensor.softmax",
+        "nn.Softmax",
+        "special.softmax",
+        "exp of log_softmax",
+        "wrong too",
+    ],
+)
 def test_checker_1_1_rejects_pytorchs_own_softmax(capsys, fn):
     line = _run(capsys, lesson01.check_1_1, fn)
     assert "): wrong: your function calls PyTorch's own" in line, line
     assert "write softmax yourself from exp, sum and divide" in line, line
 
 
-@pytest.mark.parametrize("fn", [
-    softmax_1d_right,
-    lambda x: x.exp() / x.exp().sum(),
-    lambda x: torch.exp(x - x.max()) / torch.exp(x - x.max()).sum(),
-    lambda x: torch.div(torch.exp(x), torch.sum(torch.exp(x), dim=-1, keepdim=True)),
-    lambda x: helpers.naive_softmax(x.clone()),
-], ids=["exp/sum", "methods", "shifted", "torch.div", "via helpers"])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        softmax_1d_right,
+        lambda x: x.exp() / x.exp().sum(),
+        lambda x: torch.exp(x - x.max()) / torch.exp(x - x.max()).sum(),
+        lambda x: torch.div(torch.exp(x), torch.sum(torch.exp(x), dim=-1, keepdim=True)),
+        lambda x: helpers.naive_softmax(x.clone()),
+    ],
+    ids=["exp/sum", "methods", "shifted", "torch.div", "via helpers"],
+)
 def test_checker_1_1_right_answers(capsys, fn):
     assert "): correct" in _run(capsys, lesson01.check_1_1, fn)
 
@@ -775,26 +830,56 @@ def test_checker_1_1_watch_ends_with_the_call(capsys):
 
 #: Exercise 1.2's plausible wrong counts: the hint each must show.
 THREE_OP_WRONG = {
-    "divide_skips_the_sums": (lambda M, N: (3 * M * N, 2 * M * N + M), "the reads are off",
-                              "the divide also reads the M sums"),
-    "sum_writes_nothing": (lambda M, N: (3 * M * N + M, 2 * M * N), "the writes are off",
-                           "the sum writes its M results"),
-    "sums_never_in_dram": (lambda M, N: (3 * M * N, 2 * M * N), "the reads and the writes are off",
-                           "the M row sums go through DRAM"),
-    "broadcast_read_as_MN": (lambda M, N: (4 * M * N, 2 * M * N + M), "the reads are off",
-                             "denominator[:, None] is a view, not an M x N tensor"),
-    "broadcast_as_a_kernel": (lambda M, N: (3 * M * N + 2 * M, 2 * M * N + 2 * M), "the reads and the writes are off",
-                              "denominator[:, None] is a view, not a kernel"),
-    "numerator_read_once": (lambda M, N: (2 * M * N + M, 2 * M * N + M), "the reads are off",
-                            "every kernel reads its inputs from DRAM"),
-    "swapped": (lambda M, N: (2 * M * N + M, 3 * M * N + M), "the reads and the writes are off",
-                "you swapped the reads and the writes"),
-    "five_op_count": (lambda M, N: (5 * M * N + 2 * M, 3 * M * N + 2 * M), "the reads and the writes are off",
-                      "the count of the five-line version"),
-    "bytes": (lambda M, N: (4 * (3 * M * N + M), 4 * (2 * M * N + M)), "the reads and the writes are off",
-              "count elements, not bytes"),
-    "something_else": (lambda M, N: (3 * M * N + M, M * N), "the writes are off",
-                       "count each of the three lines as the max and the subtraction were counted above"),
+    "divide_skips_the_sums": (
+        lambda M, N: (3 * M * N, 2 * M * N + M),
+        "the reads are off",
+        "the divide also reads the M sums",
+    ),
+    "sum_writes_nothing": (
+        lambda M, N: (3 * M * N + M, 2 * M * N),
+        "the writes are off",
+        "the sum writes its M results",
+    ),
+    "sums_never_in_dram": (
+        lambda M, N: (3 * M * N, 2 * M * N),
+        "the reads and the writes are off",
+        "the M row sums go through DRAM",
+    ),
+    "broadcast_read_as_MN": (
+        lambda M, N: (4 * M * N, 2 * M * N + M),
+        "the reads are off",
+        "denominator[:, None] is a view, not an M x N tensor",
+    ),
+    "broadcast_as_a_kernel": (
+        lambda M, N: (3 * M * N + 2 * M, 2 * M * N + 2 * M),
+        "the reads and the writes are off",
+        "denominator[:, None] is a view, not a kernel",
+    ),
+    "numerator_read_once": (
+        lambda M, N: (2 * M * N + M, 2 * M * N + M),
+        "the reads are off",
+        "every kernel reads its inputs from DRAM",
+    ),
+    "swapped": (
+        lambda M, N: (2 * M * N + M, 3 * M * N + M),
+        "the reads and the writes are off",
+        "you swapped the reads and the writes",
+    ),
+    "five_op_count": (
+        lambda M, N: (5 * M * N + 2 * M, 3 * M * N + 2 * M),
+        "the reads and the writes are off",
+        "the count of the five-line version",
+    ),
+    "bytes": (
+        lambda M, N: (4 * (3 * M * N + M), 4 * (2 * M * N + M)),
+        "the reads and the writes are off",
+        "count elements, not bytes",
+    ),
+    "something_else": (
+        lambda M, N: (3 * M * N + M, M * N),
+        "the writes are off",
+        "count each of the three lines as the max and the subtraction were counted above",
+    ),
 }
 
 
@@ -805,8 +890,9 @@ def test_checker_1_2_wrong_answers(capsys, name):
     assert "): wrong: " in line and off in line and hint in line, line
 
 
-@pytest.mark.parametrize("fn", [three_op_right, lambda M, N: [3 * M * N + M, 2 * M * N + M],
-                                lambda M, N: (M * (3 * N + 1), M * (2 * N + 1))])
+@pytest.mark.parametrize(
+    "fn", [three_op_right, lambda M, N: [3 * M * N + M, 2 * M * N + M], lambda M, N: (M * (3 * N + 1), M * (2 * N + 1))]
+)
 def test_checker_1_2_right_answers(capsys, fn):
     assert "): correct" in _run(capsys, lesson01.check_1_2, fn)
 
@@ -818,14 +904,16 @@ def _temperature_over(dim, shift=True):
             z = z - z.max(dim=dim, keepdim=True).values
         e = torch.exp(z)
         return e / e.sum(dim=dim, keepdim=True)
+
     return f
 
 
 _COLUMNS_HINT = "softmax over the rows runs along the last dimension, dim=-1 (dim=1 on a matrix)"
 
 
-@pytest.mark.parametrize("fn", [_temperature_over(0), lambda x, T: torch.softmax(x / T, dim=0)],
-                         ids=["by hand", "torch.softmax"])
+@pytest.mark.parametrize(
+    "fn", [_temperature_over(0), lambda x, T: torch.softmax(x / T, dim=0)], ids=["by hand", "torch.softmax"]
+)
 def test_checker_2_2_over_the_columns(capsys, fn):
     line = _run(capsys, lesson02.check_2_2, fn)
     assert "): wrong: " in line and "over dim=0, down each column" in line and _COLUMNS_HINT in line, line
@@ -836,8 +924,15 @@ def test_checker_2_2_dim_1_on_a_row(capsys):
     assert "): wrong: " in line and "IndexError" in line and "the last dimension is dim=-1" in line, line
 
 
-@pytest.mark.parametrize("fn", [temperature_right, _temperature_over(-1), lambda x, T: torch.softmax(x / T, dim=-1),
-                                lambda x, T: helpers.stable_softmax(x / T)])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        temperature_right,
+        _temperature_over(-1),
+        lambda x, T: torch.softmax(x / T, dim=-1),
+        lambda x, T: helpers.stable_softmax(x / T),
+    ],
+)
 def test_checker_2_2_right_answers(capsys, fn):
     assert "): correct" in _run(capsys, lesson02.check_2_2, fn)
 
@@ -853,21 +948,26 @@ def test_no_checker_of_lessons_01_02_says_the_same_for_expected_and_got(capsys):
     """A wrong answer's line never shows one rendering as both the expected and the got value."""
     import re
 
-    attempts = [(lesson01.check_1_1, lambda x: softmax_1d_right(x) + 1e-5),
-                (lesson02.check_2_1, lambda x: torch.logsumexp(x, -1) + 1e-3),
-                (lesson02.check_2_3, lambda x: torch.log_softmax(x, -1) + 1e-4),
-                (lesson02.check_2_4, lambda x, m: masked_right(x, m) * 1.0001)]
+    attempts = [
+        (lesson01.check_1_1, lambda x: softmax_1d_right(x) + 1e-5),
+        (lesson02.check_2_1, lambda x: torch.logsumexp(x, -1) + 1e-3),
+        (lesson02.check_2_3, lambda x: torch.log_softmax(x, -1) + 1e-4),
+        (lesson02.check_2_4, lambda x, m: masked_right(x, m) * 1.0001),
+    ]
     for checker, fn in attempts:
         line = _run(capsys, checker, fn)
         said = re.search(r"expected (.*?), got (.*?)(?:$|: | \()", line)
         assert "wrong" in line and said and said.group(1) != said.group(2), line
 
 
-@pytest.mark.parametrize("fn, hint", [
-    (lambda f, x: all(torch.equal(f(x + c), f(x)) for c in (-3.0, 0.5, 7.0)), "compare with torch.allclose"),
-    (lambda f, x: True, "is shift-invariant, but it is not"),
-    (lambda f, x: False, "is not shift-invariant, but it is"),
-])
+@pytest.mark.parametrize(
+    "fn, hint",
+    [
+        (lambda f, x: all(torch.equal(f(x + c), f(x)) for c in (-3.0, 0.5, 7.0)), "compare with torch.allclose"),
+        (lambda f, x: True, "is shift-invariant, but it is not"),
+        (lambda f, x: False, "is not shift-invariant, but it is"),
+    ],
+)
 def test_checker_1_3_wrong_answers(capsys, fn, hint):
     line = _run(capsys, lesson01.check_1_3, fn)
     assert "): wrong: " in line and hint in line, line

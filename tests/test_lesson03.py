@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import math
 
-import helpers
 import matplotlib
 import pytest
 import torch
 import triton
 import triton.language as tl
-from helpers import data, lesson03
-from helpers.mode import DEVICE
 from checking import _raises, _untouched, assert_checker_contract, status, verdict
 
+import helpers
+from helpers import data, lesson03
+from helpers.mode import DEVICE
 
 # --------------------------------------------------------------------------------------------
 # The kernel: one program replayed as the notebook does it; the lesson's shapes
@@ -58,15 +58,20 @@ def _lesson_launch():
     from helpers.kernels import softmax_fused_kernel
 
     nb = json.loads((Path(__file__).resolve().parent.parent / "notebooks" / "03_fused_softmax.ipynb").read_text())
-    src = next("".join(c["source"]) for c in nb["cells"]
-               if c["cell_type"] == "code" and "def fused_softmax(x):" in "".join(c["source"]))
+    src = next(
+        "".join(c["source"])
+        for c in nb["cells"]
+        if c["cell_type"] == "code" and "def fused_softmax(x):" in "".join(c["source"])
+    )
     ns = {"helpers": helpers, "torch": torch, "triton": triton, "tl": tl, "softmax_fused_kernel": softmax_fused_kernel}
     exec(compile(src.split("\n\n\n")[0], "03_fused_softmax.ipynb", "exec"), ns)
     return ns["fused_softmax"]
 
 
-@pytest.mark.parametrize("M, N, transposed", [(37, 100, False), (5, 13, False), (1, 4, False), (4, 1, False),
-                                              (20, 30, True), (3, 1000, False)])
+@pytest.mark.parametrize(
+    "M, N, transposed",
+    [(37, 100, False), (5, 13, False), (1, 4, False), (4, 1, False), (20, 30, True), (3, 1000, False)],
+)
 def test_the_lessons_plain_launch_and_the_library_agree(M, N, transposed):
     """The lesson teaches the library's own kernel through a plain launch; helpers.softmax_fused launches it through
     its plan and wrapper (the deep dive): on the same input, the same bits."""
@@ -126,8 +131,12 @@ def test_every_panel_of_the_limits_figure_has_both_axis_labels():
 def test_bandwidth_figure_takes_a_live_frame():
     """On a GPU the notebook passes the live DataFrame (four N, no other providers)."""
     bench = data.load("bench", gpu="h100")
-    live = data.frame(bench[bench.N.isin([256, 1024, 4096, 16384]) & bench.provider.isin(lesson03.BANDWIDTH_PROVIDERS)]
-                      .to_dict("records"), bench.attrs["provenance"])
+    live = data.frame(
+        bench[bench.N.isin([256, 1024, 4096, 16384]) & bench.provider.isin(lesson03.BANDWIDTH_PROVIDERS)].to_dict(
+            "records"
+        ),
+        bench.attrs["provenance"],
+    )
     fig = lesson03.plot_bandwidth(live, data.load("device_props"))
     matplotlib.pyplot.close(fig)
 
@@ -198,17 +207,21 @@ def test_checker_3_1_contract(capsys):
     assert_checker_contract(capsys, lesson03.check_3_1, block_and_padding_right, bp_the_row, "power of two")
 
 
-@pytest.mark.parametrize("wrong, hint", [
-    (bp_doubles_once_too_often, "already a power of two"),
-    (bp_the_row, "must be a power of two"),
-    (bp_power_below, "must hold the whole row"),
-    (bp_padding_is_n, "past the row's end"),
-    (bp_swapped, "in that order"),
-    (bp_fraction_wasted, "a whole number of lanes"),
-    (bp_not_a_pair, "return a pair"),
-    (bp_float_block, "a block size is an integer power of two, as tl.arange needs"),
-    (bp_math_pow, "a block size is an integer power of two, as tl.arange needs"),
-], ids=lambda v: getattr(v, "__name__", str(v))[:30])
+@pytest.mark.parametrize(
+    "wrong, hint",
+    [
+        (bp_doubles_once_too_often, "already a power of two"),
+        (bp_the_row, "must be a power of two"),
+        (bp_power_below, "must hold the whole row"),
+        (bp_padding_is_n, "past the row's end"),
+        (bp_swapped, "in that order"),
+        (bp_fraction_wasted, "a whole number of lanes"),
+        (bp_not_a_pair, "return a pair"),
+        (bp_float_block, "a block size is an integer power of two, as tl.arange needs"),
+        (bp_math_pow, "a block size is an integer power of two, as tl.arange needs"),
+    ],
+    ids=lambda v: getattr(v, "__name__", str(v))[:30],
+)
 def test_checker_3_1_wrong_answers(wrong, hint, capsys):
     line = verdict(capsys, lesson03.check_3_1, wrong)
     assert status(line).startswith("wrong") and hint in line, line
@@ -224,22 +237,31 @@ def predicted_ms_right(M, N, es, gbps):
 
 
 def test_checker_3_4_contract(capsys):
-    assert_checker_contract(capsys, lesson03.check_3_4, predicted_ms_right,
-                            lambda M, N, es, gb: M * N * es / (gb * 1e9) * 1e3, "count the write")
+    assert_checker_contract(
+        capsys,
+        lesson03.check_3_4,
+        predicted_ms_right,
+        lambda M, N, es, gb: M * N * es / (gb * 1e9) * 1e3,
+        "count the write",
+    )
 
 
-@pytest.mark.parametrize("wrong, hint", [
-    (lambda M, N, es, gb: M * N * es / (gb * 1e9) * 1e3, "count the write"),
-    (lambda M, N, es, gb: 4 * M * N * es / (gb * 1e9) * 1e3, "not twice that"),
-    (lambda M, N, es, gb: 2 * M * N * 4 / (gb * 1e9) * 1e3, "fixed 4 bytes"),
-    (lambda M, N, es, gb: 2 * M * N * 2 / (gb * 1e9) * 1e3, "fixed 2 bytes"),
-    (lambda M, N, es, gb: 2 * M * N / (gb * 1e9) * 1e3, "multiply by element_size"),
-    (lambda M, N, es, gb: 2 * M * N * es / (gb * 1e9), "not seconds"),
-    (lambda M, N, es, gb: 2 * M * N * es / (gb * 1e9) * 1e6, "not microseconds"),
-    (lambda M, N, es, gb: 2 * M * N * es / gb * 1e3, "10**9 bytes per second"),
-    (lambda M, N, es, gb: 2 * M * N * es / (gb * 2**30) * 1e3, "not 2**30"),
-    (lambda M, N, es, gb: "fast", "return a number"),
-], ids=["no-write", "twice", "es-4", "es-2", "elements", "seconds", "microseconds", "bytes-per-s", "gib", "str"])
+@pytest.mark.parametrize(
+    "wrong, hint",
+    [
+        (lambda M, N, es, gb: M * N * es / (gb * 1e9) * 1e3, "count the write"),
+        (lambda M, N, es, gb: 4 * M * N * es / (gb * 1e9) * 1e3, "not twice that"),
+        (lambda M, N, es, gb: 2 * M * N * 4 / (gb * 1e9) * 1e3, "fixed 4 bytes"),
+        (lambda M, N, es, gb: 2 * M * N * 2 / (gb * 1e9) * 1e3, "fixed 2 bytes"),
+        (lambda M, N, es, gb: 2 * M * N / (gb * 1e9) * 1e3, "multiply by element_size"),
+        (lambda M, N, es, gb: 2 * M * N * es / (gb * 1e9), "not seconds"),
+        (lambda M, N, es, gb: 2 * M * N * es / (gb * 1e9) * 1e6, "not microseconds"),
+        (lambda M, N, es, gb: 2 * M * N * es / gb * 1e3, "10**9 bytes per second"),
+        (lambda M, N, es, gb: 2 * M * N * es / (gb * 2**30) * 1e3, "not 2**30"),
+        (lambda M, N, es, gb: "fast", "return a number"),
+    ],
+    ids=["no-write", "twice", "es-4", "es-2", "elements", "seconds", "microseconds", "bytes-per-s", "gib", "str"],
+)
 def test_checker_3_4_wrong_answers(wrong, hint, capsys):
     line = verdict(capsys, lesson03.check_3_4, wrong)
     assert status(line).startswith("wrong") and hint in line, line
@@ -264,32 +286,52 @@ def test_checker_3_4_never_prints_the_same_expected_and_got(capsys):
 
 def dim0_right(x, out, kernel):
     M, N = x.shape
-    kernel[(N,)](out, x, x.stride(1), x.stride(0), out.stride(0), M,
-                 BLOCK_SIZE=triton.next_power_of_2(M), ACC=tl.float32)
+    kernel[(N,)](
+        out, x, x.stride(1), x.stride(0), out.stride(0), M, BLOCK_SIZE=triton.next_power_of_2(M), ACC=tl.float32
+    )
 
 
 def dim0_right_transposed_view(x, out, kernel):
     xt = x.t()  # a view: the same memory, so not a copy
-    kernel[(xt.shape[0],)](out, xt, xt.stride(0), xt.stride(1), out.stride(0), xt.shape[1],
-                           BLOCK_SIZE=triton.next_power_of_2(xt.shape[1]), ACC=tl.float32, num_warps=1)
+    kernel[(xt.shape[0],)](
+        out,
+        xt,
+        xt.stride(0),
+        xt.stride(1),
+        out.stride(0),
+        xt.shape[1],
+        BLOCK_SIZE=triton.next_power_of_2(xt.shape[1]),
+        ACC=tl.float32,
+        num_warps=1,
+    )
 
 
 def dim0_strides_not_swapped(x, out, kernel):
     M, N = x.shape
-    kernel[(N,)](out, x, x.stride(0), x.stride(1), out.stride(0), M,
-                 BLOCK_SIZE=triton.next_power_of_2(M), ACC=tl.float32)
+    kernel[(N,)](
+        out, x, x.stride(0), x.stride(1), out.stride(0), M, BLOCK_SIZE=triton.next_power_of_2(M), ACC=tl.float32
+    )
 
 
 def dim0_counts_swapped(x, out, kernel):
     M, N = x.shape
-    kernel[(M,)](out, x, x.stride(1), x.stride(0), out.stride(0), N,
-                 BLOCK_SIZE=triton.next_power_of_2(N), ACC=tl.float32)
+    kernel[(M,)](
+        out, x, x.stride(1), x.stride(0), out.stride(0), N, BLOCK_SIZE=triton.next_power_of_2(N), ACC=tl.float32
+    )
 
 
 def dim0_copy(x, out, kernel):
     xt = x.t().contiguous()
-    kernel[(xt.shape[0],)](out, xt, xt.stride(0), xt.stride(1), out.stride(0), xt.shape[1],
-                           BLOCK_SIZE=triton.next_power_of_2(xt.shape[1]), ACC=tl.float32)
+    kernel[(xt.shape[0],)](
+        out,
+        xt,
+        xt.stride(0),
+        xt.stride(1),
+        out.stride(0),
+        xt.shape[1],
+        BLOCK_SIZE=triton.next_power_of_2(xt.shape[1]),
+        ACC=tl.float32,
+    )
 
 
 def dim0_clone(x, out, kernel):
@@ -318,8 +360,16 @@ def dim0_hardcoded_strides(x, out, kernel):
 
 def dim0_block_too_small(x, out, kernel):
     M, N = x.shape
-    kernel[(N,)](out, x, x.stride(1), x.stride(0), out.stride(0), M,
-                 BLOCK_SIZE=max(1, triton.next_power_of_2(M) // 2), ACC=tl.float32)
+    kernel[(N,)](
+        out,
+        x,
+        x.stride(1),
+        x.stride(0),
+        out.stride(0),
+        M,
+        BLOCK_SIZE=max(1, triton.next_power_of_2(M) // 2),
+        ACC=tl.float32,
+    )
 
 
 def dim0_no_launch(x, out, kernel):
@@ -358,23 +408,27 @@ def test_checker_3_2_not_yet(capsys):
     assert status(verdict(capsys, lesson03.check_3_2, None)).startswith("not yet")
 
 
-@pytest.mark.parametrize("wrong, hint", [
-    (dim0_strides_not_swapped, "x.stride(1)"),
-    (dim0_counts_swapped, "one program per column"),
-    (dim0_copy, "copy of x"),
-    (dim0_clone, "copy of x"),
-    (dim0_wrong_out_stride, "out_row_stride"),
-    (dim0_out_stride_of_x, "out_row_stride"),
-    (dim0_out_stride_is_the_row_length, "out_row_stride"),
-    (dim0_hardcoded_strides, "use x.stride()"),
-    (dim0_block_too_small, "BLOCK_SIZE"),
-    (dim0_no_launch, "never launched"),
-    (dim0_library, "never launched"),
-    (dim0_twice, "launch the kernel once"),
-    (_raises, "ZeroDivisionError"),
-    (lambda x, out, kernel: None, "never launched"),
-    (42, "expected a function"),
-], ids=lambda v: getattr(v, "__name__", str(v))[:30])
+@pytest.mark.parametrize(
+    "wrong, hint",
+    [
+        (dim0_strides_not_swapped, "x.stride(1)"),
+        (dim0_counts_swapped, "one program per column"),
+        (dim0_copy, "copy of x"),
+        (dim0_clone, "copy of x"),
+        (dim0_wrong_out_stride, "out_row_stride"),
+        (dim0_out_stride_of_x, "out_row_stride"),
+        (dim0_out_stride_is_the_row_length, "out_row_stride"),
+        (dim0_hardcoded_strides, "use x.stride()"),
+        (dim0_block_too_small, "BLOCK_SIZE"),
+        (dim0_no_launch, "never launched"),
+        (dim0_library, "never launched"),
+        (dim0_twice, "launch the kernel once"),
+        (_raises, "ZeroDivisionError"),
+        (lambda x, out, kernel: None, "never launched"),
+        (42, "expected a function"),
+    ],
+    ids=lambda v: getattr(v, "__name__", str(v))[:30],
+)
 def test_checker_3_2_wrong_answers(wrong, hint, capsys):
     line = verdict(capsys, lesson03.check_3_2, wrong)
     assert status(line).startswith("wrong") and hint in line, line
@@ -402,8 +456,9 @@ def scaled_untouched(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, sca
 
 
 @triton.jit
-def scaled_stores_with_input_stride(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale,
-                                    BLOCK_SIZE: tl.constexpr):
+def scaled_stores_with_input_stride(
+    out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale, BLOCK_SIZE: tl.constexpr
+):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_SIZE)
     mask = cols < n_cols
@@ -414,8 +469,9 @@ def scaled_stores_with_input_stride(out_ptr, in_ptr, in_row_stride, out_row_stri
 
 
 @triton.jit
-def scaled_loads_with_output_stride(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale,
-                                    BLOCK_SIZE: tl.constexpr):
+def scaled_loads_with_output_stride(
+    out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale, BLOCK_SIZE: tl.constexpr
+):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_SIZE)
     mask = cols < n_cols
@@ -426,8 +482,9 @@ def scaled_loads_with_output_stride(out_ptr, in_ptr, in_row_stride, out_row_stri
 
 
 @triton.jit
-def scaled_row_stride_is_n_cols(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale,
-                                BLOCK_SIZE: tl.constexpr):
+def scaled_row_stride_is_n_cols(
+    out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale, BLOCK_SIZE: tl.constexpr
+):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_SIZE)
     mask = cols < n_cols
@@ -438,8 +495,7 @@ def scaled_row_stride_is_n_cols(out_ptr, in_ptr, in_row_stride, out_row_stride, 
 
 
 @triton.jit
-def scaled_stores_with_n_cols(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale,
-                              BLOCK_SIZE: tl.constexpr):
+def scaled_stores_with_n_cols(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale, BLOCK_SIZE: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_SIZE)
     mask = cols < n_cols
@@ -460,8 +516,9 @@ def scaled_no_load_mask(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, 
 
 
 @triton.jit
-def scaled_unmasked_load_then_where(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale,
-                                    BLOCK_SIZE: tl.constexpr):
+def scaled_unmasked_load_then_where(
+    out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale, BLOCK_SIZE: tl.constexpr
+):
     # right numbers: tl.where drops what the unmasked load read past the row (and past x on the last row)
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_SIZE)
@@ -478,8 +535,9 @@ def _load_row(ptr, cols):
 
 
 @triton.jit
-def scaled_unmasked_load_in_a_helper(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale,
-                                     BLOCK_SIZE: tl.constexpr):
+def scaled_unmasked_load_in_a_helper(
+    out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale, BLOCK_SIZE: tl.constexpr
+):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_SIZE)
     mask = cols < n_cols
@@ -489,8 +547,9 @@ def scaled_unmasked_load_in_a_helper(out_ptr, in_ptr, in_row_stride, out_row_str
 
 
 @triton.jit
-def scaled_right_clamped_offsets(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale,
-                                 BLOCK_SIZE: tl.constexpr):
+def scaled_right_clamped_offsets(
+    out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale, BLOCK_SIZE: tl.constexpr
+):
     # no mask on the load, but every offset is clamped into the row: a right answer
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_SIZE)
@@ -502,8 +561,9 @@ def scaled_right_clamped_offsets(out_ptr, in_ptr, in_row_stride, out_row_stride,
 
 
 @triton.jit
-def scaled_right_positional_mask(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale,
-                                 BLOCK_SIZE: tl.constexpr):
+def scaled_right_positional_mask(
+    out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale, BLOCK_SIZE: tl.constexpr
+):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_SIZE)
     mask = cols < n_cols
@@ -514,8 +574,7 @@ def scaled_right_positional_mask(out_ptr, in_ptr, in_row_stride, out_row_stride,
 
 
 @triton.jit
-def scaled_pads_before_scaling(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale,
-                               BLOCK_SIZE: tl.constexpr):
+def scaled_pads_before_scaling(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale, BLOCK_SIZE: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_SIZE)
     mask = cols < n_cols
@@ -525,8 +584,7 @@ def scaled_pads_before_scaling(out_ptr, in_ptr, in_row_stride, out_row_stride, n
 
 
 @triton.jit
-def scaled_max_before_scaling(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale,
-                              BLOCK_SIZE: tl.constexpr):
+def scaled_max_before_scaling(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale, BLOCK_SIZE: tl.constexpr):
     # padding handled right, but the shift is the max of x, taken before scaling
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_SIZE)
@@ -558,8 +616,7 @@ def scaled_no_max_shift(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, 
 
 
 @triton.jit
-def scaled_shifts_by_the_mean(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale,
-                              BLOCK_SIZE: tl.constexpr):
+def scaled_shifts_by_the_mean(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale, BLOCK_SIZE: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_SIZE)
     mask = cols < n_cols
@@ -612,16 +669,18 @@ def test_checker_3_3_right_answer(capsys):
     assert status(verdict(capsys, lesson03.check_3_3, scaled_right)).startswith("correct")
 
 
-@pytest.mark.parametrize("right", [scaled_right_clamped_offsets, scaled_right_positional_mask],
-                         ids=lambda k: k.fn.__name__)
+@pytest.mark.parametrize(
+    "right", [scaled_right_clamped_offsets, scaled_right_positional_mask], ids=lambda k: k.fn.__name__
+)
 def test_checker_3_3_takes_a_load_that_stays_in_the_row(right, capsys):
     """No `mask=` keyword is needed: a mask passed by position, or offsets clamped into the row, read nothing outside."""
     line = verdict(capsys, lesson03.check_3_3, right)
     assert status(line).startswith("correct"), line
 
 
-@pytest.mark.parametrize("wrong", [scaled_unmasked_load_then_where, scaled_unmasked_load_in_a_helper],
-                         ids=lambda k: k.fn.__name__)
+@pytest.mark.parametrize(
+    "wrong", [scaled_unmasked_load_then_where, scaled_unmasked_load_in_a_helper], ids=lambda k: k.fn.__name__
+)
 def test_checker_3_3_rejects_an_unmasked_load_whose_values_tl_where_drops(wrong, capsys):
     """The numbers are right (tl.where drops what the load read past each row), but the load reads past every row
     and past x on the last row: the checker names the unmasked load, on the CPU and on a GPU alike (it reads the
@@ -636,23 +695,27 @@ def test_checker_3_3_untouched_template_is_not_yet(capsys):
     assert status(verdict(capsys, lesson03.check_3_3, None)).startswith("not yet")
 
 
-@pytest.mark.parametrize("wrong, hint", [
-    (scaled_stores_with_input_stride, "it stores with in_row_stride"),
-    (scaled_loads_with_output_stride, "it loads with out_row_stride"),
-    (scaled_row_stride_is_n_cols, "row to row of x by n_cols"),
-    (scaled_stores_with_n_cols, "row to row of out by n_cols"),
-    (scaled_no_load_mask, "Does tl.load have mask="),
-    (scaled_pads_before_scaling, "-inf * scale is +inf"),
-    (scaled_max_before_scaling, "the max of x * scale"),
-    (scaled_forgets_scale, "softmax(x * scale)"),
-    (scaled_no_max_shift, "subtract the row maximum"),
-    (scaled_shifts_by_the_mean, "subtract the row maximum"),
-    (scaled_no_store_mask, "does tl.store have mask="),
-    (scaled_far_store, "wrong"),
-    (scaled_writes_input, "changed its input"),
-    (scaled_bad_index, "raised"),
-    (lambda *a: None, "@triton.jit"),
-], ids=lambda v: getattr(v, "__name__", None) or getattr(getattr(v, "fn", None), "__name__", "x"))
+@pytest.mark.parametrize(
+    "wrong, hint",
+    [
+        (scaled_stores_with_input_stride, "it stores with in_row_stride"),
+        (scaled_loads_with_output_stride, "it loads with out_row_stride"),
+        (scaled_row_stride_is_n_cols, "row to row of x by n_cols"),
+        (scaled_stores_with_n_cols, "row to row of out by n_cols"),
+        (scaled_no_load_mask, "Does tl.load have mask="),
+        (scaled_pads_before_scaling, "-inf * scale is +inf"),
+        (scaled_max_before_scaling, "the max of x * scale"),
+        (scaled_forgets_scale, "softmax(x * scale)"),
+        (scaled_no_max_shift, "subtract the row maximum"),
+        (scaled_shifts_by_the_mean, "subtract the row maximum"),
+        (scaled_no_store_mask, "does tl.store have mask="),
+        (scaled_far_store, "wrong"),
+        (scaled_writes_input, "changed its input"),
+        (scaled_bad_index, "raised"),
+        (lambda *a: None, "@triton.jit"),
+    ],
+    ids=lambda v: getattr(v, "__name__", None) or getattr(getattr(v, "fn", None), "__name__", "x"),
+)
 def test_checker_3_3_wrong_answers(wrong, hint, capsys):
     line = verdict(capsys, lesson03.check_3_3, wrong)
     assert status(line).startswith("wrong") and hint in line, line

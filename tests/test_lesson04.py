@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import math
 
-import helpers
 import matplotlib
 import pytest
 import torch
 import triton
 import triton.language as tl
+from checking import assert_checker_contract, status, verdict
+
+import helpers
 from helpers import data, lesson04
 from helpers.mode import DEVICE
-from checking import assert_checker_contract, status, verdict
 
 NEG_INF = float("-inf")
 
@@ -119,6 +120,7 @@ def test_the_lessons_plain_launch_agrees_with_the_library():
     (the deep dive's `looped_plan` and `RowSoftmax`). On the same inputs and blocks they write the same values,
     strided views and -inf prefixes included."""
     from claims import code_cell_with
+
     from helpers import kernels as K
 
     ns = {"torch": torch, "tl": tl}
@@ -128,11 +130,14 @@ def test_the_lessons_plain_launch_agrees_with_the_library():
     wide[1, :100] = NEG_INF  # a -inf prefix
     wide[3] = NEG_INF  # a row of only -inf: NaN from both
     for x in (wide[:, :300], wide[:, ::3]):
-        for kernel, library in ((K.softmax_three_pass_kernel, helpers.softmax_three_pass),
-                                (K.softmax_online_kernel, helpers.softmax_online)):
+        for kernel, library in (
+            (K.softmax_three_pass_kernel, helpers.softmax_three_pass),
+            (K.softmax_online_kernel, helpers.softmax_online),
+        ):
             for block in (16, 128, 512):
-                torch.testing.assert_close(ns["softmax_looped"](kernel, x, block), library(x, block_size=block),
-                                           rtol=0, atol=0, equal_nan=True)
+                torch.testing.assert_close(
+                    ns["softmax_looped"](kernel, x, block), library(x, block_size=block), rtol=0, atol=0, equal_nan=True
+                )
 
 
 # --------------------------------------------------------------------------------------------
@@ -230,13 +235,24 @@ m = m_new
 """
 
 
-def _kernel_source(update=RIGHT, load_mask=True, other='-float("inf")', in_rs="in_row_stride",
-                   out_rs="out_row_stride", col="in_col_stride", store_mask=True, all_inf_zero=False,
-                   untouched=False) -> str:
+def _kernel_source(
+    update=RIGHT,
+    load_mask=True,
+    other='-float("inf")',
+    in_rs="in_row_stride",
+    out_rs="out_row_stride",
+    col="in_col_stride",
+    store_mask=True,
+    all_inf_zero=False,
+    untouched=False,
+) -> str:
     mask = ", mask=offs < n_cols" if load_mask else ""
     fill = f", other={other}" if load_mask else ""
     body = "\n".join("        " + line for line in update.strip().splitlines())
-    pass1 = "    raise NotImplementedError\n" if untouched else f'''    row_start = in_ptr + row * {in_rs}
+    pass1 = (
+        "    raise NotImplementedError\n"
+        if untouched
+        else f"""    row_start = in_ptr + row * {in_rs}
     out_start = out_ptr + row * {out_rs}
     m = tl.full((), -float("inf"), tl.float32)
     d = tl.zeros((), tl.float32)
@@ -244,10 +260,11 @@ def _kernel_source(update=RIGHT, load_mask=True, other='-float("inf")', in_rs="i
         offs = start + cols
         x = tl.load(row_start + offs * {col}{mask}{fill}).to(tl.float32)
 {body}
-'''
+"""
+    )
     final = "tl.where(d == 0.0, 0.0, tl.exp(x - m) / d)" if all_inf_zero else "tl.exp(x - m) / d"
     store = ", mask=mask" if store_mask else ""
-    return f'''
+    return f"""
 @triton.jit
 def kernel(out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_cols, BLOCK_SIZE: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
@@ -257,7 +274,7 @@ def kernel(out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_cols
         mask = offs < n_cols
         x = tl.load(row_start + offs * in_col_stride, mask=mask, other=-float("inf")).to(tl.float32)
         tl.store(out_start + offs, {final}{store})
-'''
+"""
 
 
 def _variant(**kw):
@@ -286,8 +303,11 @@ def test_checker_4_1_takes_the_notebook_template_as_untouched(capsys):
     """The notebook's own template cell, run as the learner finds it: "not yet"."""
     from claims import notebook
 
-    cell = next("".join(c["source"]) for c in notebook("04")["cells"]
-                if c["cell_type"] == "code" and "def online_softmax_kernel" in "".join(c["source"]))
+    cell = next(
+        "".join(c["source"])
+        for c in notebook("04")["cells"]
+        if c["cell_type"] == "code" and "def online_softmax_kernel" in "".join(c["source"])
+    )
     assert "raise NotImplementedError" in cell and "tl.exp(m - m_new)" not in cell
     kernel = _notebook_kernel("<notebook template 4.1>", cell)
     assert status(verdict(capsys, lesson04.check_4_1, kernel)).startswith("not yet")
@@ -309,7 +329,11 @@ def test_checker_4_1_takes_the_notebooks_solution_as_correct(capsys):
     from claims import notebook
 
     cells = notebook("04")["cells"]
-    i = next(i for i, c in enumerate(cells) if c["cell_type"] == "code" and "def online_softmax_kernel" in "".join(c["source"]))
+    i = next(
+        i
+        for i, c in enumerate(cells)
+        if c["cell_type"] == "code" and "def online_softmax_kernel" in "".join(c["source"])
+    )
     template = "".join(cells[i]["source"])
     solution = next("".join(c["source"]) for c in cells[i:] if "solution" in c.get("metadata", {}).get("tags", []))
     code = re.search(r"```python\n(.*?)```", solution, re.S).group(1)

@@ -8,17 +8,24 @@ Every checker must print exactly one line and never raise, whatever the learner 
 
 from __future__ import annotations
 
-import helpers
 import matplotlib
 import pytest
 import torch
 import triton
 import triton.language as tl
-from helpers import data, lesson05
 from checking import assert_checker_contract, status, verdict
 
-PROPS = {"sm_count": 132, "regs_per_sm": 65536, "shared_per_sm": 233472, "max_threads_per_sm": 2048,
-         "max_blocks_per_sm": 32, "warp_size": 32}
+import helpers
+from helpers import data, lesson05
+
+PROPS = {
+    "sm_count": 132,
+    "regs_per_sm": 65536,
+    "shared_per_sm": 233472,
+    "max_threads_per_sm": 2048,
+    "max_blocks_per_sm": 32,
+    "warp_size": 32,
+}
 RECORDED = data.load("device_props").to_dict("records")[0]
 
 # --------------------------------------------------------------------------------------------
@@ -62,18 +69,21 @@ def test_tiled_kernel_keeps_the_max_subtraction_exact_far_from_zero(offset):
         assert (out.double() - ref).abs().max().item() < 1e-6, (offset, block_m)
 
 
-@pytest.mark.parametrize("n_regs, shared, warps, per_sm, limit", [
-    # 72 regs * 32 = 2304 per warp (a multiple of 256): 65536 // 2304 = 28; 233472 // 12288 = 19
-    (72, 12288, 1, 19, "shared memory"),
-    # 23 * 32 = 736 -> 768 per warp, * 8 = 6144: 10 by registers; 2048 // 256 = 8 by threads
-    (23, 32, 8, 8, "threads"),
-    # 180 * 32 = 5760 -> 5888, * 4 = 23552: 65536 // 23552 = 2
-    (180, 16, 4, 2, "registers"),
-    # 58 * 32 = 1856 -> 2048: 32 by registers, and 32 block slots: a tie, registers first
-    (58, 0, 1, 32, "registers"),
-    # 16 * 32 = 512: 128 by registers, 64 by threads: the 32 block slots bind
-    (16, 16, 1, 32, "blocks"),
-])
+@pytest.mark.parametrize(
+    "n_regs, shared, warps, per_sm, limit",
+    [
+        # 72 regs * 32 = 2304 per warp (a multiple of 256): 65536 // 2304 = 28; 233472 // 12288 = 19
+        (72, 12288, 1, 19, "shared memory"),
+        # 23 * 32 = 736 -> 768 per warp, * 8 = 6144: 10 by registers; 2048 // 256 = 8 by threads
+        (23, 32, 8, 8, "threads"),
+        # 180 * 32 = 5760 -> 5888, * 4 = 23552: 65536 // 23552 = 2
+        (180, 16, 4, 2, "registers"),
+        # 58 * 32 = 1856 -> 2048: 32 by registers, and 32 block slots: a tie, registers first
+        (58, 0, 1, 32, "registers"),
+        # 16 * 32 = 512: 128 by registers, 64 by threads: the 32 block slots bind
+        (16, 16, 1, 32, "blocks"),
+    ],
+)
 def test_occupancy_matches_hand_calculation(n_regs, shared, warps, per_sm, limit):
     occ = helpers.occupancy(n_regs, shared, warps, PROPS)
     assert (occ["programs_per_sm"], occ["limited_by"]) == (per_sm, limit)
@@ -100,8 +110,10 @@ def test_registers_by_partition():
     assert lesson05.programs_by_registers_answer(38, 2) == 25
 
 
-@pytest.mark.parametrize("n, r, want", [(65536, 2112, (32, 64)), (2112, 2112, (1, 2112)), (132, 2112, (1, 132)),
-                                        (4225, 2112, (3, 1)), (1, 1, (1, 1))])
+@pytest.mark.parametrize(
+    "n, r, want",
+    [(65536, 2112, (32, 64)), (2112, 2112, (1, 2112)), (132, 2112, (1, 132)), (4225, 2112, (3, 1)), (1, 1, (1, 1))],
+)
 def test_waves(n, r, want):
     assert lesson05.waves_answer(n, r) == want
 
@@ -112,8 +124,10 @@ def test_waves(n, r, want):
 
 
 @pytest.mark.skipif(helpers.ON_GPU, reason="checks the CPU refusal")
-@pytest.mark.parametrize("fn", ["programs_rows", "tuning_rows", "device_props_rows", "occupancy_check_rows",
-                                "launch_cost_rows", "final_rows"])
+@pytest.mark.parametrize(
+    "fn",
+    ["programs_rows", "tuning_rows", "device_props_rows", "occupancy_check_rows", "launch_cost_rows", "final_rows"],
+)
 def test_measurement_functions_keep_their_names_and_refuse_without_a_gpu(fn):
     with pytest.raises(RuntimeError, match="GPU"):
         getattr(lesson05, fn)()
@@ -204,16 +218,18 @@ def gs_right(out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_ro
 
 
 @triton.jit
-def gs_untouched(out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_rows, n_cols,
-                 BLOCK_SIZE: tl.constexpr):
+def gs_untouched(
+    out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_rows, n_cols, BLOCK_SIZE: tl.constexpr
+):
     cols = tl.arange(0, BLOCK_SIZE)
-    mask = cols < n_cols
+    mask = cols < n_cols  # noqa: F841  (as the template leaves it)
     raise NotImplementedError  # your code here
 
 
 @triton.jit
-def gs_from_zero(out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_rows, n_cols,
-                 BLOCK_SIZE: tl.constexpr):
+def gs_from_zero(
+    out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_rows, n_cols, BLOCK_SIZE: tl.constexpr
+):
     cols = tl.arange(0, BLOCK_SIZE)
     mask = cols < n_cols
     for row in range(0, n_rows, tl.num_programs(0)):  # every program takes rows 0, P, 2P: others skipped
@@ -223,8 +239,9 @@ def gs_from_zero(out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, 
 
 
 @triton.jit
-def gs_all_rows(out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_rows, n_cols,
-                BLOCK_SIZE: tl.constexpr):
+def gs_all_rows(
+    out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_rows, n_cols, BLOCK_SIZE: tl.constexpr
+):
     cols = tl.arange(0, BLOCK_SIZE)
     mask = cols < n_cols
     for row in range(0, n_rows):  # each program does every row: right values, P times the work
@@ -234,8 +251,9 @@ def gs_all_rows(out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n
 
 
 @triton.jit
-def gs_step_one(out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_rows, n_cols,
-                BLOCK_SIZE: tl.constexpr):
+def gs_step_one(
+    out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_rows, n_cols, BLOCK_SIZE: tl.constexpr
+):
     cols = tl.arange(0, BLOCK_SIZE)
     mask = cols < n_cols
     for row in range(tl.program_id(0), n_rows):  # start right, step wrong: rows shared by programs
@@ -245,8 +263,7 @@ def gs_step_one(out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n
 
 
 @triton.jit
-def gs_no_loop(out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_rows, n_cols,
-               BLOCK_SIZE: tl.constexpr):
+def gs_no_loop(out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_rows, n_cols, BLOCK_SIZE: tl.constexpr):
     cols = tl.arange(0, BLOCK_SIZE)
     row = tl.program_id(0)  # one row per program: rows past the grid are never done
     mask = cols < tl.where(row < n_rows, n_cols, 0)
@@ -256,8 +273,9 @@ def gs_no_loop(out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_
 
 
 @triton.jit
-def gs_while_stuck(out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_rows, n_cols,
-                   BLOCK_SIZE: tl.constexpr):
+def gs_while_stuck(
+    out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_rows, n_cols, BLOCK_SIZE: tl.constexpr
+):
     cols = tl.arange(0, BLOCK_SIZE)
     mask = cols < n_cols
     row = tl.program_id(0)
@@ -268,8 +286,9 @@ def gs_while_stuck(out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride
 
 
 @triton.jit
-def gs_no_store_mask(out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_rows, n_cols,
-                     BLOCK_SIZE: tl.constexpr):
+def gs_no_store_mask(
+    out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_rows, n_cols, BLOCK_SIZE: tl.constexpr
+):
     cols = tl.arange(0, BLOCK_SIZE)
     mask = cols < n_cols
     for row in range(tl.program_id(0), n_rows, tl.num_programs(0)):
@@ -279,8 +298,9 @@ def gs_no_store_mask(out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stri
 
 
 @triton.jit
-def gs_no_load_mask(out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_rows, n_cols,
-                    BLOCK_SIZE: tl.constexpr):
+def gs_no_load_mask(
+    out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_rows, n_cols, BLOCK_SIZE: tl.constexpr
+):
     cols = tl.arange(0, BLOCK_SIZE)
     mask = cols < n_cols
     for row in range(tl.program_id(0), n_rows, tl.num_programs(0)):
@@ -290,8 +310,9 @@ def gs_no_load_mask(out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_strid
 
 
 @triton.jit
-def gs_other_zero(out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_rows, n_cols,
-                  BLOCK_SIZE: tl.constexpr):
+def gs_other_zero(
+    out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_rows, n_cols, BLOCK_SIZE: tl.constexpr
+):
     cols = tl.arange(0, BLOCK_SIZE)
     mask = cols < n_cols
     for row in range(tl.program_id(0), n_rows, tl.num_programs(0)):
@@ -301,8 +322,9 @@ def gs_other_zero(out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride,
 
 
 @triton.jit
-def gs_store_with_in_stride(out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_rows, n_cols,
-                            BLOCK_SIZE: tl.constexpr):
+def gs_store_with_in_stride(
+    out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_rows, n_cols, BLOCK_SIZE: tl.constexpr
+):
     cols = tl.arange(0, BLOCK_SIZE)
     mask = cols < n_cols
     for row in range(tl.program_id(0), n_rows, tl.num_programs(0)):
@@ -312,8 +334,9 @@ def gs_store_with_in_stride(out_ptr, in_ptr, in_row_stride, in_col_stride, out_r
 
 
 @triton.jit
-def gs_load_with_out_stride(out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_rows, n_cols,
-                            BLOCK_SIZE: tl.constexpr):
+def gs_load_with_out_stride(
+    out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_rows, n_cols, BLOCK_SIZE: tl.constexpr
+):
     cols = tl.arange(0, BLOCK_SIZE)
     mask = cols < n_cols
     for row in range(tl.program_id(0), n_rows, tl.num_programs(0)):
@@ -323,8 +346,9 @@ def gs_load_with_out_stride(out_ptr, in_ptr, in_row_stride, in_col_stride, out_r
 
 
 @triton.jit
-def gs_load_n_cols_stride(out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_rows, n_cols,
-                          BLOCK_SIZE: tl.constexpr):
+def gs_load_n_cols_stride(
+    out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_rows, n_cols, BLOCK_SIZE: tl.constexpr
+):
     cols = tl.arange(0, BLOCK_SIZE)
     mask = cols < n_cols
     for row in range(tl.program_id(0), n_rows, tl.num_programs(0)):
@@ -334,8 +358,9 @@ def gs_load_n_cols_stride(out_ptr, in_ptr, in_row_stride, in_col_stride, out_row
 
 
 @triton.jit
-def gs_store_n_cols_stride(out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_rows, n_cols,
-                           BLOCK_SIZE: tl.constexpr):
+def gs_store_n_cols_stride(
+    out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_rows, n_cols, BLOCK_SIZE: tl.constexpr
+):
     cols = tl.arange(0, BLOCK_SIZE)
     mask = cols < n_cols
     for row in range(tl.program_id(0), n_rows, tl.num_programs(0)):
@@ -345,8 +370,9 @@ def gs_store_n_cols_stride(out_ptr, in_ptr, in_row_stride, in_col_stride, out_ro
 
 
 @triton.jit
-def gs_no_col_stride(out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_rows, n_cols,
-                     BLOCK_SIZE: tl.constexpr):
+def gs_no_col_stride(
+    out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_rows, n_cols, BLOCK_SIZE: tl.constexpr
+):
     cols = tl.arange(0, BLOCK_SIZE)
     mask = cols < n_cols
     for row in range(tl.program_id(0), n_rows, tl.num_programs(0)):
@@ -356,8 +382,9 @@ def gs_no_col_stride(out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stri
 
 
 @triton.jit
-def gs_no_max_shift(out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_rows, n_cols,
-                    BLOCK_SIZE: tl.constexpr):
+def gs_no_max_shift(
+    out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_rows, n_cols, BLOCK_SIZE: tl.constexpr
+):
     cols = tl.arange(0, BLOCK_SIZE)
     mask = cols < n_cols
     for row in range(tl.program_id(0), n_rows, tl.num_programs(0)):
@@ -375,22 +402,26 @@ def test_checker_5_1_right_and_not_yet(capsys):
 STRIDE, MASK = ("row_stride",), ("mask",)  # the title says "grid-stride"
 
 
-@pytest.mark.parametrize("wrong, hint, not_in", [
-    (gs_from_zero, "were never written", ()),
-    (gs_all_rows, "processed more than once", ()),
-    (gs_step_one, "processed more than once", ()),
-    (gs_no_loop, "were never written", ()),
-    (gs_no_store_mask, "does tl.store have mask=", STRIDE),  # the out-of-bounds store
-    (gs_no_load_mask, "load with mask=cols < n_cols", STRIDE),
-    (gs_other_zero, "padding lanes loaded as -inf", STRIDE),
-    (gs_store_with_in_stride, "out_ptr + r * out_row_stride", MASK),
-    (gs_store_n_cols_stride, "out_ptr + r * out_row_stride", MASK),
-    (gs_load_with_out_stride, "in_ptr + r * in_row_stride", MASK),
-    (gs_load_n_cols_stride, "in_ptr + r * in_row_stride", MASK),
-    (gs_no_col_stride, "in_col_stride", MASK),
-    (gs_no_max_shift, "subtract the row maximum", STRIDE + MASK),
-    (lambda *a: None, "@triton.jit", ()),
-], ids=lambda v: getattr(getattr(v, "fn", v), "__name__", "x") if callable(v) else None)
+@pytest.mark.parametrize(
+    "wrong, hint, not_in",
+    [
+        (gs_from_zero, "were never written", ()),
+        (gs_all_rows, "processed more than once", ()),
+        (gs_step_one, "processed more than once", ()),
+        (gs_no_loop, "were never written", ()),
+        (gs_no_store_mask, "does tl.store have mask=", STRIDE),  # the out-of-bounds store
+        (gs_no_load_mask, "load with mask=cols < n_cols", STRIDE),
+        (gs_other_zero, "padding lanes loaded as -inf", STRIDE),
+        (gs_store_with_in_stride, "out_ptr + r * out_row_stride", MASK),
+        (gs_store_n_cols_stride, "out_ptr + r * out_row_stride", MASK),
+        (gs_load_with_out_stride, "in_ptr + r * in_row_stride", MASK),
+        (gs_load_n_cols_stride, "in_ptr + r * in_row_stride", MASK),
+        (gs_no_col_stride, "in_col_stride", MASK),
+        (gs_no_max_shift, "subtract the row maximum", STRIDE + MASK),
+        (lambda *a: None, "@triton.jit", ()),
+    ],
+    ids=lambda v: getattr(getattr(v, "fn", v), "__name__", "x") if callable(v) else None,
+)
 def test_checker_5_1_wrong_answers(wrong, hint, not_in, capsys):
     line = verdict(capsys, lesson05.check_5_1, wrong)
     assert status(line).startswith("wrong") and hint in line, line
@@ -426,9 +457,12 @@ def regs_right(n_regs, w, regs_per_sm, warp):
 
 def binding(n_regs, shared, w, props, *, reserve=True, rounded=True, warp_threads=True, blocks=True, pick=min):
     per_warp = -(-n_regs * props["warp_size"] // 256) * 256 if rounded else n_regs * props["warp_size"]
-    lim = {"registers": props["regs_per_sm"] // (per_warp * w),
-           "threads": props["max_threads_per_sm"] // (w * (props["warp_size"] if warp_threads else 1)),
-           "shared memory": props["shared_per_sm"] // (shared + (props.get("reserved_shared_per_block", 0) if reserve else 0))}
+    lim = {
+        "registers": props["regs_per_sm"] // (per_warp * w),
+        "threads": props["max_threads_per_sm"] // (w * (props["warp_size"] if warp_threads else 1)),
+        "shared memory": props["shared_per_sm"]
+        // (shared + (props.get("reserved_shared_per_block", 0) if reserve else 0)),
+    }
     if blocks:
         lim["blocks"] = props["max_blocks_per_sm"]
     return pick(lim, key=lim.get)
@@ -451,8 +485,9 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("checker, right, wrong, hint", CASES,
-                         ids=[f"{c.__name__}-{i}" for i, (c, *_rest) in enumerate(CASES)])
+@pytest.mark.parametrize(
+    "checker, right, wrong, hint", CASES, ids=[f"{c.__name__}-{i}" for i, (c, *_rest) in enumerate(CASES)]
+)
 def test_checkers(checker, right, wrong, hint, capsys):
     assert_checker_contract(capsys, checker, right, wrong, hint)
 
@@ -484,7 +519,11 @@ WRONG_5_4 = [
     ("no reserve", lambda *a: binding(*a, reserve=False), RESERVE),
     ("no reserve, shared == 0 skipped", binding_no_reserve_guarded, RESERVE),
     ("no rounding", lambda *a: binding(*a, rounded=False), "multiple of 256"),
-    ("threads without the warp size", lambda *a: binding(*a, warp_threads=False), "num_warps * props['warp_size'] threads"),
+    (
+        "threads without the warp size",
+        lambda *a: binding(*a, warp_threads=False),
+        "num_warps * props['warp_size'] threads",
+    ),
     ("no block limit", lambda *a: binding(*a, blocks=False), "max_blocks_per_sm"),
     ("the largest limit", lambda *a: binding(*a, pick=max), "take the smallest"),
     ("always registers", lambda *a: "registers", "compute each limit"),
@@ -509,7 +548,9 @@ def _notebook():
     import json
     from pathlib import Path
 
-    return json.loads((Path(__file__).resolve().parent.parent / "notebooks" / "05_persistent_softmax.ipynb").read_text())
+    return json.loads(
+        (Path(__file__).resolve().parent.parent / "notebooks" / "05_persistent_softmax.ipynb").read_text()
+    )
 
 
 def _solutions() -> str:
@@ -525,8 +566,12 @@ def test_the_notebooks_solutions_pass_their_checkers(tmp_path, monkeypatch, caps
     (tmp_path / "lesson05_solutions.py").write_text("import triton\nimport triton.language as tl\n\n" + _solutions())
     monkeypatch.syspath_prepend(str(tmp_path))
     sol = importlib.import_module("lesson05_solutions")
-    for checker, fn in ((lesson05.check_5_1, sol.persistent_softmax_kernel), (lesson05.check_5_2, sol.programs_by_registers),
-                        (lesson05.check_5_3, sol.waves), (lesson05.check_5_4, sol.binding_limit)):
+    for checker, fn in (
+        (lesson05.check_5_1, sol.persistent_softmax_kernel),
+        (lesson05.check_5_2, sol.programs_by_registers),
+        (lesson05.check_5_3, sol.waves),
+        (lesson05.check_5_4, sol.binding_limit),
+    ):
         line = verdict(capsys, checker, fn)
         assert status(line).startswith("correct"), line
 
@@ -535,14 +580,24 @@ def test_no_answer_on_screen_above_its_checker():
     """No code cell (source or output) before exercise 5.1's checker holds the grid-stride loop, and none
     before the checkers of 5.2 to 5.4 rounds registers up to 256 or takes the ceiling of waves."""
     cells = _notebook()["cells"]
-    text = lambda c: "".join(c["source"]) + "".join(  # noqa: E731
-        "".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/plain", "")) for o in c.get("outputs", []))
-    checker_at = {k: next(i for i, c in enumerate(cells) if f"lesson05.check_{k}(" in "".join(c["source"])) for k in
-                  ("5_1", "5_2", "5_3", "5_4")}
-    answers = {"5_1": "range(tl.program_id(0), n_rows, tl.num_programs(0))", "5_2": "// 256) * 256",
-               "5_3": "-(-num_programs // resident)", "5_4": "min(limits, key=limits.get)"}
+    text = lambda c: (
+        "".join(c["source"])
+        + "".join(  # noqa: E731
+            "".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/plain", "")) for o in c.get("outputs", [])
+        )
+    )
+    checker_at = {
+        k: next(i for i, c in enumerate(cells) if f"lesson05.check_{k}(" in "".join(c["source"]))
+        for k in ("5_1", "5_2", "5_3", "5_4")
+    }
+    answers = {
+        "5_1": "range(tl.program_id(0), n_rows, tl.num_programs(0))",
+        "5_2": "// 256) * 256",
+        "5_3": "-(-num_programs // resident)",
+        "5_4": "min(limits, key=limits.get)",
+    }
     for k, answer in answers.items():
-        shown = [i for i, c in enumerate(cells[:checker_at[k]]) if c["cell_type"] == "code" and answer in text(c)]
+        shown = [i for i, c in enumerate(cells[: checker_at[k]]) if c["cell_type"] == "code" and answer in text(c)]
         assert not shown, (k, shown)
 
 
@@ -585,20 +640,31 @@ def test_comparison_cells_run_on_a_live_frame_without_some_peers(missing, monkey
     import re
 
     import pandas as pd
+
     from helpers import plots
 
     cells = ["".join(c["source"]) for c in _notebook()["cells"] if c["cell_type"] == "code"]
     start = next(i for i, s in enumerate(cells) if "lesson05.live(lesson05.final_rows)" in s)
     end = next(i for i, s in enumerate(cells) if "host.plot(" in s)  # the host table and its figure
-    uses_bench = re.compile(r"\b(bench|fractions|against_peers|long|host)\b(?!\")")  # the live frame, not data.load("bench")
+    uses_bench = re.compile(
+        r"\b(bench|fractions|against_peers|long|host)\b(?!\")"
+    )  # the live frame, not data.load("bench")
     live = {lesson05.final_rows: _live_bench(missing)}
     monkeypatch.setattr(helpers, "ON_GPU", True)
     monkeypatch.setattr(lesson05, "live", lambda fn, *a, **k: live[fn].copy())
     shown = []
-    ns = {"helpers": helpers, "lesson05": lesson05, "data": data, "plots": plots, "pd": pd, "re": re,
-          "sms": RECORDED["sm_count"], "display": lambda t: shown.append(repr(t))}
+    ns = {
+        "helpers": helpers,
+        "lesson05": lesson05,
+        "data": data,
+        "plots": plots,
+        "pd": pd,
+        "re": re,
+        "sms": RECORDED["sm_count"],
+        "display": lambda t: shown.append(repr(t)),
+    }
     try:
-        for source in cells[start:end + 1]:
+        for source in cells[start : end + 1]:
             if uses_bench.search(source):
                 _run_cell(source, ns)
     finally:

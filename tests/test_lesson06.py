@@ -19,17 +19,18 @@ import math
 import random
 import re
 
-import helpers
 import matplotlib
 import pytest
 import torch
 import triton
 import triton.language as tl
+from checking import assert_checker_contract
+from claims import code_cell_with
+
+import helpers
 from helpers import lesson06
 from helpers.exercises import guarded
 from helpers.lesson06 import slice_stats
-from checking import assert_checker_contract
-from claims import code_cell_with
 
 #: The merge and its identity, as the lesson defines them in a cell.
 _LESSON = {"math": math, "torch": torch, "inf": math.inf}
@@ -47,7 +48,7 @@ def demo_rows(seed: int = 0, n_cols: int = 48) -> torch.Tensor:
     x = torch.randn(5, n_cols, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * 3
     x[1, -3] = 200.0
     x[2, : n_cols // 2] = -math.inf
-    x[3, n_cols // 4: 3 * n_cols // 4] = -math.inf
+    x[3, n_cols // 4 : 3 * n_cols // 4] = -math.inf
     x[4, :] = -math.inf
     x[4, n_cols // 3] = 1.5
     return x
@@ -58,7 +59,7 @@ def merge_in_random_order(pairs, rng):
     rng.shuffle(items)
     while len(items) > 1:
         i = rng.randrange(len(items) - 1)
-        items[i:i + 2] = [merge(items[i], items[i + 1])]
+        items[i : i + 2] = [merge(items[i], items[i + 1])]
     return items[0] if items else IDENTITY
 
 
@@ -80,7 +81,7 @@ def test_slice_stats_of_each_slice(slices):
     L = -(-x.shape[1] // slices)
     for r in range(x.shape[0]):
         for s in range(slices):
-            part = x[r, s * L:(s + 1) * L]
+            part = x[r, s * L : (s + 1) * L]
             part = part[part != -math.inf]
             if part.numel() == 0:
                 assert (m[r, s].item(), d[r, s].item()) == IDENTITY
@@ -170,10 +171,16 @@ def test_merge_of_only_identities_is_identity():
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("n_cols,slices,block,want", [
-    (40, 4, 8, (16, 3)), (3000, 5, 256, (768, 4)), (1000, 16, 64, (64, 16)), (1000, 1, 64, (1024, 1)),
-    (256, 4, 128, (128, 2)),
-])
+@pytest.mark.parametrize(
+    "n_cols,slices,block,want",
+    [
+        (40, 4, 8, (16, 3)),
+        (3000, 5, 256, (768, 4)),
+        (1000, 16, 64, (64, 16)),
+        (1000, 1, 64, (1024, 1)),
+        (256, 4, 128, (128, 2)),
+    ],
+)
 def test_split_layout(n_cols, slices, block, want):
     assert lesson06.split_layout(n_cols, slices, block) == want
 
@@ -195,7 +202,7 @@ def inf_rows(n_cols: int = 300) -> torch.Tensor:
     g = torch.Generator().manual_seed(6)
     x = torch.randn(5, n_cols, generator=g) * 3
     x[0, : n_cols // 2] = -math.inf
-    x[1, n_cols // 5: 4 * n_cols // 5] = -math.inf
+    x[1, n_cols // 5 : 4 * n_cols // 5] = -math.inf
     keep = x[2, n_cols // 3].item()
     x[2, :] = -math.inf
     x[2, n_cols // 3] = keep
@@ -208,8 +215,11 @@ def inf_rows(n_cols: int = 300) -> torch.Tensor:
 def test_the_lessons_plain_launch_is_the_library():
     """The lesson launches its two kernels plainly (`softmax_two_launches`); `helpers.softmax_split` plans the
     same launches: on the same rows, slices and blocks, the two agree to the bit."""
-    ns = {"torch": torch, "triton": triton, **{k: getattr(helpers.kernels, k) for k in
-                                               ("softmax_split_stats_kernel", "softmax_split_normalize_kernel")}}
+    ns = {
+        "torch": torch,
+        "triton": triton,
+        **{k: getattr(helpers.kernels, k) for k in ("softmax_split_stats_kernel", "softmax_split_normalize_kernel")},
+    }
     exec(code_cell_with("06", "def softmax_two_launches("), ns)
     x = inf_rows(300).to(helpers.DEVICE)
     for slice_len, block in ((32, 32), (64, 32), (128, 64), (320, 64)):
@@ -267,9 +277,9 @@ def test_run_coop_kernel_launches_the_kernel_it_is_given():
 def test_predicted_frac_answer():
     l2 = 50 * 2**20
     f = lesson06.predicted_frac_answer
-    assert f("split", 8, 2**20, 4, l2) == 1.0            # 32 MiB fits
+    assert f("split", 8, 2**20, 4, l2) == 1.0  # 32 MiB fits
     assert f("split", 64, 2**18, 4, l2) == pytest.approx(2 / 3)  # 64 MiB does not
-    assert f("split", 4, 1000, 4, 16000) == 1.0           # exactly full counts as fitting
+    assert f("split", 4, 1000, 4, 16000) == 1.0  # exactly full counts as fitting
     assert f("online", 8, 2**20, 4, l2) == pytest.approx(2 / 3)
     assert f("split_coop", 1024, 2**16, 4, l2) == 1.0
     with pytest.raises(ValueError):
@@ -360,8 +370,10 @@ def _after_the_loop(line: str) -> tuple[str, str]:
 WRONG_STATS = {
     "no_rescale": [("d = d * alpha + ", "d = d + ")],
     # no tl.where: exp(-inf - (-inf)) is NaN for a block of only -inf while m is still -inf
-    "nan_trap": [('tl.where(m_new == -float("inf"), 1.0, tl.exp(m - m_new))', "tl.exp(m - m_new)"),
-                 ('tl.where(x == -float("inf"), 0.0, tl.exp(x - m_new))', "tl.exp(x - m_new)")],
+    "nan_trap": [
+        ('tl.where(m_new == -float("inf"), 1.0, tl.exp(m - m_new))', "tl.exp(m - m_new)"),
+        ('tl.where(x == -float("inf"), 0.0, tl.exp(x - m_new))', "tl.exp(x - m_new)"),
+    ],
     "block_offset": [("start = s.to(tl.int64) * slice_len", "start = s.to(tl.int64) * BLOCK_SIZE")],
     "no_mask": [(', mask=c < n_cols,\n                    other=-float("inf"))', ")")],
     "other_zero": [('other=-float("inf")).to(tl.float32)', "other=0.0).to(tl.float32)")],
@@ -370,17 +382,26 @@ WRONG_STATS = {
     "no_col_stride": [("c * in_col_stride, mask", "c, mask")],
     "row_stride_is_n_cols": [("row * in_row_stride + c", "row * n_cols * in_col_stride + c")],
     # d = sum of exp(x), shifted only at the end: exp(300) overflows float32
-    "no_max_shift": [(UPDATE, "        m = tl.maximum(m, tl.max(x, axis=0))\n        d = d + tl.sum(tl.exp(x), axis=0)\n"),
-                     _after_the_loop('d = tl.where(m == -float("inf"), 0.0, d * tl.exp(-m))')],
+    "no_max_shift": [
+        (UPDATE, "        m = tl.maximum(m, tl.max(x, axis=0))\n        d = d + tl.sum(tl.exp(x), axis=0)\n"),
+        _after_the_loop('d = tl.where(m == -float("inf"), 0.0, d * tl.exp(-m))'),
+    ],
     # every term shifted by the first block's max, never updated: exp overflows once the max rises by 89
     "first_block_shift": [
-        ("    cols = tl.arange(0, BLOCK_SIZE)\n", "    cols = tl.arange(0, BLOCK_SIZE)\n"
-         "    shift = tl.max(tl.load(in_ptr + row * in_row_stride + (start + cols) * in_col_stride,\n"
-         '                           mask=start + cols < n_cols, other=-float("inf")).to(tl.float32), axis=0)\n'
-         '    shift = tl.where(shift == -float("inf"), 0.0, shift)\n'),
-        (UPDATE, "        m = tl.maximum(m, tl.max(x, axis=0))\n"
-                 '        d = d + tl.sum(tl.where(x == -float("inf"), 0.0, tl.exp(x - shift)), axis=0)\n'),
-        _after_the_loop('d = tl.where(m == -float("inf"), 0.0, d * tl.exp(shift - m))')],
+        (
+            "    cols = tl.arange(0, BLOCK_SIZE)\n",
+            "    cols = tl.arange(0, BLOCK_SIZE)\n"
+            "    shift = tl.max(tl.load(in_ptr + row * in_row_stride + (start + cols) * in_col_stride,\n"
+            '                           mask=start + cols < n_cols, other=-float("inf")).to(tl.float32), axis=0)\n'
+            '    shift = tl.where(shift == -float("inf"), 0.0, shift)\n',
+        ),
+        (
+            UPDATE,
+            "        m = tl.maximum(m, tl.max(x, axis=0))\n"
+            '        d = d + tl.sum(tl.where(x == -float("inf"), 0.0, tl.exp(x - shift)), axis=0)\n',
+        ),
+        _after_the_loop('d = tl.where(m == -float("inf"), 0.0, d * tl.exp(shift - m))'),
+    ],
     "swapped": [(STORES, STORES.replace(", m)", ", TMP)").replace(", d)", ", m)").replace(", TMP)", ", d)"))],
     # stores at row * n_slices + s (forgetting the pair's 2): half the buffer stays untouched
     "stores_nothing": [(STORES, "    tl.store(stats_ptr + row * n_slices + s, 0.0)")],
@@ -505,23 +526,26 @@ def test_checker_6_1_untouched_template(capsys):
     assert "): not yet: replace `raise NotImplementedError`" in line, line
 
 
-@pytest.mark.parametrize("kernel,hint", [
-    ("no_rescale", "multiply d by exp(m_old - m_new)"),
-    ("nan_trap", "exp(-inf - (-inf)) is NaN"),
-    ("block_offset", "starts at column s * slice_len, not s * BLOCK_SIZE"),
-    ("no_mask", "the last slice of a row reads past n_cols"),
-    ("other_zero", "masked lanes load 0"),
-    ("stops_early", "stops before the slice's last block"),
-    ("last_block_only", "d holds only the last block's terms"),
-    ("no_col_stride", "the columns are in_col_stride elements apart"),
-    ("row_stride_is_n_cols", "rows are in_row_stride elements apart, not n_cols"),
-    ("no_max_shift", "never of x alone"),
-    ("first_block_shift", "of x minus another shift"),
-    ("swapped", "m and d are swapped"),
-    ("stores_nothing", "nothing was stored for (row"),
-    ("store_past_end", "wrote past the end of its output"),
-    ("bad_code", "raised"),
-])
+@pytest.mark.parametrize(
+    "kernel,hint",
+    [
+        ("no_rescale", "multiply d by exp(m_old - m_new)"),
+        ("nan_trap", "exp(-inf - (-inf)) is NaN"),
+        ("block_offset", "starts at column s * slice_len, not s * BLOCK_SIZE"),
+        ("no_mask", "the last slice of a row reads past n_cols"),
+        ("other_zero", "masked lanes load 0"),
+        ("stops_early", "stops before the slice's last block"),
+        ("last_block_only", "d holds only the last block's terms"),
+        ("no_col_stride", "the columns are in_col_stride elements apart"),
+        ("row_stride_is_n_cols", "rows are in_row_stride elements apart, not n_cols"),
+        ("no_max_shift", "never of x alone"),
+        ("first_block_shift", "of x minus another shift"),
+        ("swapped", "m and d are swapped"),
+        ("stores_nothing", "nothing was stored for (row"),
+        ("store_past_end", "wrote past the end of its output"),
+        ("bad_code", "raised"),
+    ],
+)
 def test_checker_6_1_wrong_kernels(capsys, kernel, hint):
     line = _run(capsys, lesson06.check_6_1, stats_kernel(kernel))
     assert line.startswith("Exercise 6.1 (the split statistics kernel): wrong: "), line
@@ -592,16 +616,19 @@ def combine_modifies(stats):
     return out
 
 
-@pytest.mark.parametrize("attempt,hint", [
-    (combine_no_guard, "e^(-inf - -inf) is NaN unless you leave such slices out"),
-    (combine_no_rescale, "is each slice's d moved to the row's maximum"),
-    (combine_shift_first, "overflows float32 here unless the shift is the row's maximum"),
-    (combine_no_shift, "overflows or underflows float32 here unless the shift is the row's maximum"),
-    (combine_over_rows, "reduce over the last dimension (the slices)"),
-    (lambda s: combine_right(s)[0], "return a pair of tensors"),
-    (lambda s: tuple(t[:, None] for t in combine_right(s)), "one value per row"),
-    (combine_modifies, "changed the statistics tensor"),
-])
+@pytest.mark.parametrize(
+    "attempt,hint",
+    [
+        (combine_no_guard, "e^(-inf - -inf) is NaN unless you leave such slices out"),
+        (combine_no_rescale, "is each slice's d moved to the row's maximum"),
+        (combine_shift_first, "overflows float32 here unless the shift is the row's maximum"),
+        (combine_no_shift, "overflows or underflows float32 here unless the shift is the row's maximum"),
+        (combine_over_rows, "reduce over the last dimension (the slices)"),
+        (lambda s: combine_right(s)[0], "return a pair of tensors"),
+        (lambda s: tuple(t[:, None] for t in combine_right(s)), "one value per row"),
+        (combine_modifies, "changed the statistics tensor"),
+    ],
+)
 def test_checker_6_2_wrong_answers(capsys, attempt, hint):
     line = _run(capsys, lesson06.check_6_2, attempt)
     assert line.startswith("Exercise 6.2 (merge a row's statistics in one step): wrong: "), line
@@ -652,19 +679,22 @@ def frac_with_statistics(design, M, N, e, l2):  # counts 8 bytes of statistics p
     return 2 * M * N * e / (2 * M * N * e / frac_right(design, M, N, e, l2) + 8 * M)
 
 
-@pytest.mark.parametrize("attempt,hint", [
-    (frac_always_three_passes, "x fits in L2 here, so the second read is free"),
-    (frac_never_fits, "x fits in L2 here"),
-    (frac_strict, "exactly full counts as fitting"),
-    (frac_bytes, "at most 1"),
-    (frac_inverse, "at most 1"),
-    (frac_coop_three, "the cooperative kernel reads x once"),
-    (frac_online_cached, "both of the online kernel's passes"),
-    (frac_always_fits, "x does not fit in L2 here, so the second read comes from DRAM"),
-    (frac_no_element_size, "x's bytes are M * N * element_size"),
-    (frac_with_statistics, "without the statistics"),
-    (lambda *a: "lots", "return a number"),
-])
+@pytest.mark.parametrize(
+    "attempt,hint",
+    [
+        (frac_always_three_passes, "x fits in L2 here, so the second read is free"),
+        (frac_never_fits, "x fits in L2 here"),
+        (frac_strict, "exactly full counts as fitting"),
+        (frac_bytes, "at most 1"),
+        (frac_inverse, "at most 1"),
+        (frac_coop_three, "the cooperative kernel reads x once"),
+        (frac_online_cached, "both of the online kernel's passes"),
+        (frac_always_fits, "x does not fit in L2 here, so the second read comes from DRAM"),
+        (frac_no_element_size, "x's bytes are M * N * element_size"),
+        (frac_with_statistics, "without the statistics"),
+        (lambda *a: "lots", "return a number"),
+    ],
+)
 def test_checker_6_3_wrong_answers(capsys, attempt, hint):
     line = _run(capsys, lesson06.check_6_3, attempt)
     assert line.startswith("Exercise 6.3 (the L2 model's prediction): wrong: "), line
@@ -680,7 +710,8 @@ def test_answers_match_the_solutions():
     for design in ("online", "split", "split_coop"):
         for M in (8, 64, 1024):
             assert frac_right(design, M, 2**18, 4, 50 * 2**20) == pytest.approx(
-                lesson06.predicted_frac_answer(design, M, 2**18, 4, 50 * 2**20))
+                lesson06.predicted_frac_answer(design, M, 2**18, 4, 50 * 2**20)
+            )
 
 
 def test_notebook_solutions_pass_their_checkers(capsys, tmp_path):
@@ -692,8 +723,11 @@ def test_notebook_solutions_pass_their_checkers(capsys, tmp_path):
     nb = json.loads((Path(__file__).resolve().parent.parent / "notebooks" / "06_split_rows.ipynb").read_text())
     sols = ["".join(c["source"]) for c in nb["cells"] if "solution" in c.get("metadata", {}).get("tags", [])]
     assert len(sols) == 3
-    checks = {"split_stats_kernel": lesson06.check_6_1, "combine": lesson06.check_6_2,
-              "predicted_frac": lesson06.check_6_3}
+    checks = {
+        "split_stats_kernel": lesson06.check_6_1,
+        "combine": lesson06.check_6_2,
+        "predicted_frac": lesson06.check_6_3,
+    }
     for sol in sols:
         code = re.search(r"```python\n(.*?)```", sol, re.S).group(1)
         name = re.search(r"^def (\w+)", code, re.M).group(1)
@@ -715,7 +749,9 @@ def test_no_answer_on_screen_before_its_solution():
     import json
     from pathlib import Path
 
-    cells = json.loads((Path(__file__).resolve().parent.parent / "notebooks" / "06_split_rows.ipynb").read_text())["cells"]
+    cells = json.loads((Path(__file__).resolve().parent.parent / "notebooks" / "06_split_rows.ipynb").read_text())[
+        "cells"
+    ]
     src = ["".join(c["source"]) for c in cells]
     at = lambda phrase: next(i for i, s in enumerate(src) if phrase in s)
     sol = [i for i, c in enumerate(cells) if "solution" in c.get("metadata", {}).get("tags", [])]
@@ -731,7 +767,9 @@ def test_bench_rows_measures_the_fused_kernel_only_where_the_lesson_shows_it(mon
     """The live benchmark times the lesson's providers everywhere, the fused kernel at float32's long shapes only."""
     calls = []
     monkeypatch.setattr(lesson06, "require_gpu", lambda what: None)
-    monkeypatch.setattr(lesson06, "measure_shape", lambda M, N, dtype, provs, host: calls.append((dtype, M, N, list(provs))) or [])
+    monkeypatch.setattr(
+        lesson06, "measure_shape", lambda M, N, dtype, provs, host: calls.append((dtype, M, N, list(provs))) or []
+    )
     assert lesson06.bench_rows() == []
     assert len(calls) == 2 * len(lesson06.LONG_SHAPES + (lesson06.HELD_OUT,))
     for dtype, M, N, names in calls:
@@ -740,9 +778,16 @@ def test_bench_rows_measures_the_fused_kernel_only_where_the_lesson_shows_it(mon
 
 
 #: The first lines of the lesson's cells that load or measure data and derive from it (no kernels).
-DATA_CELLS = ("import helpers  # first", "if helpers.ON_GPU:  # your GPU, live", "bench = data.frame",
-              "M, N, slice_len = 8", "l2 = data.frame", "fits = gpu_time.index", "plot_l2_model(l2, l2_bytes)",
-              "result = by_shape")
+DATA_CELLS = (
+    "import helpers  # first",
+    "if helpers.ON_GPU:  # your GPU, live",
+    "bench = data.frame",
+    "M, N, slice_len = 8",
+    "l2 = data.frame",
+    "fits = gpu_time.index",
+    "plot_l2_model(l2, l2_bytes)",
+    "result = by_shape",
+)
 
 
 def test_live_cells_survive_a_missing_provider(monkeypatch, capsys):
@@ -776,4 +821,7 @@ def test_live_cells_survive_a_missing_provider(monkeypatch, capsys):
     assert "this run:" in out and re.search(r"L2 cache, shared by all SMs \(MiB\) +50", out), out[:1500]
     assert ns["result"]["torch_softmax"].isna().all() and ns["result"]["split"].notna().all()
     assert ns["gpu_time"]["split_coop"].isna().all() and ns["gpu_time"]["split"].notna().all()
-    assert list(ns["one_per_row"].columns) == ["fused", "online", "torch_softmax"] and ns["one_per_row"].torch_softmax.isna().all()
+    assert (
+        list(ns["one_per_row"].columns) == ["fused", "online", "torch_softmax"]
+        and ns["one_per_row"].torch_softmax.isna().all()
+    )

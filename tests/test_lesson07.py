@@ -16,13 +16,14 @@ import json
 import math
 from pathlib import Path
 
-import helpers
+import attention_bench as AB  # tools/attention_bench.py
 import matplotlib
 import pandas as pd
 import pytest
-from checking import verdict
 import torch
-import attention_bench as AB  # tools/attention_bench.py
+from checking import verdict
+
+import helpers
 from helpers import data, gpu_data, lesson07, measure, plots
 from helpers.kernels import attention, naive_attention
 from helpers.lesson07 import FULL, MASKED, SKIPPED
@@ -43,8 +44,20 @@ def _notebook_code(startswith: str, notebook: Path = NOTEBOOK) -> str:
 
 def _run_cells(*starts, notebook: Path = NOTEBOOK, **names) -> dict:
     """Run the notebook's cells that start with ``starts``, in order, in one namespace."""
-    ns = dict(helpers=helpers, torch=torch, math=math, pd=pd, data=data, gpu_data=gpu_data, lesson07=lesson07,
-              plots=plots, attention=attention, naive_attention=naive_attention, round_up_err=round_up_err, **names)
+    ns = dict(
+        helpers=helpers,
+        torch=torch,
+        math=math,
+        pd=pd,
+        data=data,
+        gpu_data=gpu_data,
+        lesson07=lesson07,
+        plots=plots,
+        attention=attention,
+        naive_attention=naive_attention,
+        round_up_err=round_up_err,
+        **names,
+    )
     for s in starts:
         exec(_notebook_code(s, notebook), ns)
     return ns
@@ -63,7 +76,9 @@ def test_reference_and_naive_agree():
     q1 = torch.zeros(1, 3, 16, dtype=torch.float64)  # every score 0: query i weighs keys 0..i alike
     v1 = torch.arange(3, dtype=torch.float64)[:, None].expand(1, 3, 16)
     out, lse = lesson07.reference_attention(q1, q1, v1, causal=True)
-    assert out[0, :, 0].tolist() == [0.0, 0.5, 1.0] and torch.allclose(lse[0], torch.log(torch.arange(1.0, 4.0, dtype=torch.float64)))
+    assert out[0, :, 0].tolist() == [0.0, 0.5, 1.0] and torch.allclose(
+        lse[0], torch.log(torch.arange(1.0, 4.0, dtype=torch.float64))
+    )
 
 
 def test_memory_and_traffic_cells():
@@ -93,9 +108,17 @@ def test_trace_matches_float64_after_every_block():
     matplotlib.pyplot.close(fig)
 
 
-@pytest.mark.parametrize("sq,sk,bm,bn,causal", [(300, 400, 128, 64, False), (512, 512, 128, 64, True),
-                                                (77, 77, 32, 16, True), (50, 70, 32, 16, False),
-                                                (100, 100, 16, 64, True), (33, 33, 64, 32, True)])
+@pytest.mark.parametrize(
+    "sq,sk,bm,bn,causal",
+    [
+        (300, 400, 128, 64, False),
+        (512, 512, 128, 64, True),
+        (77, 77, 32, 16, True),
+        (50, 70, 32, 16, False),
+        (100, 100, 16, 64, True),
+        (33, 33, 64, 32, True),
+    ],
+)
 def test_tiles_agree_with_brute_force(sq, sk, bm, bn, causal):
     kinds = lesson07.tile_kinds(sq, sk, bm, bn, causal)
     for i, row in enumerate(kinds):
@@ -134,19 +157,24 @@ def test_plot_tiles():
     matplotlib.pyplot.close(fig)
 
 
-@pytest.mark.parametrize("heads,seq,d,bm,bn", [(3, 50, 16, 32, 16), (2, 37, 32, 16, 32), (1, 64, 16, 16, 16),
-                                               (2, 5, 16, 16, 16), (1, 45, 64, 32, 16)])
+@pytest.mark.parametrize(
+    "heads,seq,d,bm,bn",
+    [(3, 50, 16, 32, 16), (2, 37, 32, 16, 32), (1, 64, 16, 16, 16), (2, 5, 16, 16, 16), (1, 45, 64, 32, 16)],
+)
 def test_the_teaching_kernel_agrees_with_the_library(tmp_path, heads, seq, d, bm, bn):
     """The lesson's attention_kernel, as its cell defines it, and helpers.attention on the same inputs (lengths that
     are and are not multiples of the blocks, BLOCK_M larger than, equal to and smaller than BLOCK_N)."""
     import triton
 
-    kernel = _module_from(_notebook_code("@triton.jit\ndef attention_kernel"), tmp_path, f"k07_teach_{seq}_{bm}_{bn}").attention_kernel
+    kernel = _module_from(
+        _notebook_code("@triton.jit\ndef attention_kernel"), tmp_path, f"k07_teach_{seq}_{bm}_{bn}"
+    ).attention_kernel
     g = torch.Generator().manual_seed(seq)
     q, k, v = (torch.randn(heads, seq, d, generator=g).to(helpers.DEVICE) for _ in range(3))
     out = torch.empty_like(q)
-    kernel[(triton.cdiv(seq, bm), heads)](out, q, k, v, seq, q.stride(0), math.log2(math.e) / math.sqrt(d),
-                                          HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn)
+    kernel[(triton.cdiv(seq, bm), heads)](
+        out, q, k, v, seq, q.stride(0), math.log2(math.e) / math.sqrt(d), HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn
+    )
     tol = 1e-2 if helpers.ON_GPU else 1e-5  # on a GPU the kernel's q @ k^T rounds to TF32
     torch.testing.assert_close(out, attention(q, k, v), atol=tol, rtol=tol)
     torch.testing.assert_close(out.cpu().double(), lesson07.reference_attention(q, k, v)[0], atol=tol, rtol=tol)
@@ -155,7 +183,9 @@ def test_the_teaching_kernel_agrees_with_the_library(tmp_path, heads, seq, d, bm
 def test_the_teaching_kernels_launch_cell(tmp_path):
     import triton
 
-    kernel = _module_from(_notebook_code("@triton.jit\ndef attention_kernel"), tmp_path, "k07_teach_cell").attention_kernel
+    kernel = _module_from(
+        _notebook_code("@triton.jit\ndef attention_kernel"), tmp_path, "k07_teach_cell"
+    ).attention_kernel
     ns = _run_cells("torch.manual_seed(0)\nheads, seq, d", attention_kernel=kernel, triton=triton)
     torch.testing.assert_close(ns["out"].cpu().double(), ns["ref"], atol=1e-2 if helpers.ON_GPU else 1e-5, rtol=1e-3)
 
@@ -168,9 +198,14 @@ def _sweep_frame():
     return tf, failed.itertuples(index=False)  # an iterator, as the deep dive passes it
 
 
-@pytest.mark.parametrize("providers", [["course", "sdpa_cudnn", "naive"],
-                                       ["course", "course_pointer", "tutorial", "sdpa", "sdpa_cudnn", "sdpa_flash",
-                                        "sdpa_efficient", "naive"]], ids=["lesson", "deep dive"])
+@pytest.mark.parametrize(
+    "providers",
+    [
+        ["course", "sdpa_cudnn", "naive"],
+        ["course", "course_pointer", "tutorial", "sdpa", "sdpa_cudnn", "sdpa_flash", "sdpa_efficient", "naive"],
+    ],
+    ids=["lesson", "deep dive"],
+)
 def test_the_sweep_figure_keeps_its_legend_off_the_data(providers):
     """One legend, below every panel (it hid the tutorial's points when it sat inside the first one), and the
     outputs that failed the float64 check marked, with their own legend entry, where the tutorial is drawn."""
@@ -183,7 +218,7 @@ def test_the_sweep_figure_keeps_its_legend_off_the_data(providers):
         top = fig.legends[0].get_window_extent(r).y1
         assert all(top <= ax.get_tightbbox(r).y0 + 1 for ax in fig.axes)
         labels = [t.get_text() for t in fig.legends[0].get_texts()]
-        assert labels[:len(providers)] == providers
+        assert labels[: len(providers)] == providers
         assert any("failed the float64 check" in t for t in labels) == ("tutorial" in providers)
         crosses = [line for ax in fig.axes for line in ax.lines if line.get_marker() == "x"]
         assert len(crosses) == (2 if "tutorial" in providers else 0)  # fp16: D = 64 at 8K, D = 128 at 4K
@@ -194,8 +229,13 @@ def test_the_sweep_figure_keeps_its_legend_off_the_data(providers):
 def test_launch_cell_and_the_correctness_table():
     from helpers.kernels.attention import attention_plan
 
-    ns = _run_cells("torch.manual_seed(0)\nq = torch.randn", "TOLERANCES = {", "cases = (", notebook=DEEP_DIVE,
-                    attention_plan=attention_plan)
+    ns = _run_cells(
+        "torch.manual_seed(0)\nq = torch.randn",
+        "TOLERANCES = {",
+        "cases = (",
+        notebook=DEEP_DIVE,
+        attention_plan=attention_plan,
+    )
     correct = ns["correct"]
     assert len(correct) == 3 * len(ns["cases"])
     names = set(correct.index.get_level_values("case"))  # irregular lengths, causal, one query, a scale, large scores
@@ -248,6 +288,7 @@ def _rounds_timer():
         calls.append(fn)
         r = sum(c is fn for c in calls) - 1
         return (2.0, 2.2, 1.8, 2.0, 2.0)[r % 5], (1.0, 1.5, 1.0, 1.0, 1.0)[r % 5]
+
     return timer, calls
 
 
@@ -268,10 +309,15 @@ def test_the_measured_cells_run_on_the_live_rows(capsys, monkeypatch):
     assert by[(1, 48, "naive")]["graph_ms"] == 1.0 and by[(1, 48, "naive")]["graph_spread"] == pytest.approx(0.5)
     assert by[(0, 32, "course")]["graph_tflops"] == pytest.approx(4 * 2 * 32 * 32 * 16 / 1e-3 / 1e12)
     for r in rows:  # the live sweep's lengths, 1K and 4K (S >= 4K selects the second), and made-up speeds
-        r["S"], r["graph_tflops"] = {32: 1024, 48: 4096}[r["S"]], {"course": 3.0, "course_pointer": 2.4, "sdpa": 4.0, "naive": 1.0}.get(r["provider"])
+        r["S"], r["graph_tflops"] = (
+            {32: 1024, 48: 4096}[r["S"]],
+            {"course": 3.0, "course_pointer": 2.4, "sdpa": 4.0, "naive": 1.0}.get(r["provider"]),
+        )
     att = data.frame(rows, gpu_data.provenance("test"))
     ns = _run_cells('ok = att.query("status', "plots.show(lesson07.plot_sweep", "(tf.course / tf.naive)", att=att)
-    assert ns["noisy"].loc["float16"][["course", "naive"]].values.all()  # a 50% spread in every graph timing: all marked
+    assert (
+        ns["noisy"].loc["float16"][["course", "naive"]].values.all()
+    )  # a 50% spread in every graph timing: all marked
     assert list(ns["tf"].columns) == ["course", "sdpa_cudnn", "naive"]
     assert ns["tf"].sdpa_cudnn.isna().all()  # cuDNN refuses CPU tensors: a column of NaN, no error
     matplotlib.pyplot.close("all")
@@ -319,7 +365,9 @@ def test_measure_shape_rows_on_the_cpu():
     for p in ("sdpa_cudnn", "sdpa_efficient"):  # no such backend for CPU tensors
         assert by[p]["status"].startswith("refused:") and math.isnan(by[p]["ms"])
     assert by["course_pointer"]["status"] == "ok"  # the pointer kernel, forced: the interpreter's kernel anyway
-    assert by["tutorial"]["status"].startswith("skipped: the tutorial's forward needs a Hopper GPU") and math.isnan(by["tutorial"]["ms"])
+    assert by["tutorial"]["status"].startswith("skipped: the tutorial's forward needs a Hopper GPU") and math.isnan(
+        by["tutorial"]["ms"]
+    )
     assert AB.tutorial_skip(1024, torch.float32, "cpu").startswith("skipped: the tutorial's forward takes 16-bit")
     assert by["course_g1"]["status"].startswith("skipped: the head order is measured causal")
 
@@ -329,34 +377,75 @@ def test_the_head_order_provider(monkeypatch):
     timed like the others where it is measured (causal, long sequences: lowered here to 32)."""
     monkeypatch.setattr(AB, "TUTORIAL_MIN_S", 32)
     # device=None: where the kernels run (a GPU's kernels refuse CPU tensors)
-    rows = AB.measure_shape("float16", 2, 3, 40, 16, True, providers=("course", "course_g1"), timer=_fake_timer,
-                            peak=lambda fn: 0.0, device=None)
+    rows = AB.measure_shape(
+        "float16",
+        2,
+        3,
+        40,
+        16,
+        True,
+        providers=("course", "course_g1"),
+        timer=_fake_timer,
+        peak=lambda fn: 0.0,
+        device=None,
+    )
     assert [r["status"] for r in rows] == ["ok", "ok"] and rows[1]["max_err"] < 1e-2
-    rows = AB.measure_shape("float16", 1, 2, 40, 16, False, providers=("course_g1",), timer=_fake_timer,
-                            peak=lambda fn: 0.0, device=None)
+    rows = AB.measure_shape(
+        "float16", 1, 2, 40, 16, False, providers=("course_g1",), timer=_fake_timer, peak=lambda fn: 0.0, device=None
+    )
     assert rows[0]["status"].startswith("skipped:")
 
 
 def test_a_wrong_provider_is_not_timed(monkeypatch):
     monkeypatch.setattr(AB, "attention", lambda q, k, v, causal=False: torch.zeros_like(q))
     timed = []
-    rows = AB.measure_shape("float16", 1, 1, 24, 16, False, providers=("course",),
-                            timer=lambda fn: timed.append(fn) or (1.0, 1.0), peak=lambda fn: 0.0, device="cpu")
+    rows = AB.measure_shape(
+        "float16",
+        1,
+        1,
+        24,
+        16,
+        False,
+        providers=("course",),
+        timer=lambda fn: timed.append(fn) or (1.0, 1.0),
+        peak=lambda fn: 0.0,
+        device="cpu",
+    )
     assert rows[0]["status"].startswith("wrong: max abs error") and not timed
 
 
 def test_naive_is_skipped_past_its_limit():
-    rows = AB.measure_shape("float16", 1, 1, AB.NAIVE_MAX_S + 16, 16, False, providers=("naive",),
-                            timer=_fake_timer, peak=lambda fn: 0.0, device="cpu")
+    rows = AB.measure_shape(
+        "float16",
+        1,
+        1,
+        AB.NAIVE_MAX_S + 16,
+        16,
+        False,
+        providers=("naive",),
+        timer=_fake_timer,
+        peak=lambda fn: 0.0,
+        device="cpu",
+    )
     assert rows[0]["status"].startswith("skipped:")
 
 
 @pytest.mark.skipif(helpers.ON_GPU, reason="the harness's CPU path (a fake timer), for machines without a GPU")
 def test_sweep_writes_a_csv_the_lesson_reads(tmp_path, capsys):
     path = tmp_path / "attention.csv"
-    rows = AB.sweep(seqs=(32,), dims=(16,), dtypes=("float16",), causals=(False, True), providers=("course", "sdpa"),
-                    B=1, H=2, timer=_fake_timer, peak=lambda fn: 0.25, device="cpu",
-                    out=(path, gpu_data.provenance("test")))  # written after every shape
+    rows = AB.sweep(
+        seqs=(32,),
+        dims=(16,),
+        dtypes=("float16",),
+        causals=(False, True),
+        providers=("course", "sdpa"),
+        B=1,
+        H=2,
+        timer=_fake_timer,
+        peak=lambda fn: 0.25,
+        device="cpu",
+        out=(path, gpu_data.provenance("test")),
+    )  # written after every shape
     assert len(rows) == 4 and all(r["status"] == "ok" for r in rows)
     df = data.load(str(path))
     assert list(df.columns) == list(AB.COLUMNS) and df.attrs["provenance"]["command"] == "test" and len(df) == 4
@@ -395,8 +484,19 @@ def test_command_line_stops_without_a_gpu(capsys, tmp_path):
 @pytest.mark.skipif(helpers.ON_GPU, reason="the harness's CPU path (a fake timer), for machines without a GPU")
 def test_rounds_give_the_median_and_the_spread():
     timer, calls = _rounds_timer()
-    rows = AB.measure_shape("float16", 1, 2, 40, 16, False, providers=("course", "sdpa"), timer=timer,
-                            peak=lambda fn: 1.0, device="cpu", rounds=5)
+    rows = AB.measure_shape(
+        "float16",
+        1,
+        2,
+        40,
+        16,
+        False,
+        providers=("course", "sdpa"),
+        timer=timer,
+        peak=lambda fn: 1.0,
+        device="cpu",
+        rounds=5,
+    )
     assert len(calls) == 10 and calls[0] is not calls[1]  # 5 rounds x 2 providers, interleaved
     for r in rows:
         assert r["ms"] == 2.0 and r["graph_ms"] == 1.0
@@ -406,9 +506,11 @@ def test_rounds_give_the_median_and_the_spread():
 
 
 def test_best_configs():
-    rows = [{"D": 64, "causal": 0, "graph_tflops": 10.0, "status": "ok", "block_m": 64},
-            {"D": 64, "causal": 0, "graph_tflops": 12.0, "status": "ok", "block_m": 128},
-            {"D": 64, "causal": 0, "graph_tflops": 99.0, "status": "failed: x", "block_m": 32}]
+    rows = [
+        {"D": 64, "causal": 0, "graph_tflops": 10.0, "status": "ok", "block_m": 64},
+        {"D": 64, "causal": 0, "graph_tflops": 12.0, "status": "ok", "block_m": 128},
+        {"D": 64, "causal": 0, "graph_tflops": 99.0, "status": "failed: x", "block_m": 32},
+    ]
     assert AB.best_configs(rows)[(64, 0)]["block_m"] == 128
 
 
@@ -418,8 +520,10 @@ def test_best_configs():
 def _module_from(src: str, tmp_path: Path, name: str):
     """Import ``src`` as a module from a file (Triton needs a kernel's source file)."""
     path = tmp_path / f"{name}.py"
-    path.write_text("import math\nimport torch\nimport triton\nimport triton.language as tl\n"
-                    "from helpers.kernels.attention import attention_block_update\n\n" + src)
+    path.write_text(
+        "import math\nimport torch\nimport triton\nimport triton.language as tl\n"
+        "from helpers.kernels.attention import attention_block_update\n\n" + src
+    )
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -461,6 +565,7 @@ def _ca_masked(mask_fn, *, after_softmax=False, scale_where="scores", exp_first=
             p = torch.softmax(s.masked_fill(~mask, float("-inf")) if mask is not None else s, -1)
         out = p @ v
         return out * scale if scale_where == "output" else out
+
     return f
 
 
@@ -523,33 +628,53 @@ SOLUTION_LINES = {
     "end": "    end = tl.minimum(seq, (start_m + 1) * BLOCK_M)",
     "keep": "        keep = (cols[None, :] < seq) & (cols[None, :] <= offs_m[:, None])",
 }
-RIGHT_72 = (TEMPLATE_72.replace("    raise NotImplementedError\n", SOLUTION_LINES["n_full"] + "\n" + SOLUTION_LINES["end"] + "\n")
-            .replace("        s = tl.where(keep", SOLUTION_LINES["keep"] + "\n        s = tl.where(keep"))
+RIGHT_72 = TEMPLATE_72.replace(
+    "    raise NotImplementedError\n", SOLUTION_LINES["n_full"] + "\n" + SOLUTION_LINES["end"] + "\n"
+).replace("        s = tl.where(keep", SOLUTION_LINES["keep"] + "\n        s = tl.where(keep")
 
 WRONG_7_2 = {  # mistake -> (the replaced line, its wrong version, the words of the hint)
-    "loop to the end ignoring causality": ([("n_full", "    n_full = seq // BLOCK_N * BLOCK_N"), ("end", "    end = seq")],
-                                           "run to the end"),
+    "loop to the end ignoring causality": (
+        [("n_full", "    n_full = seq // BLOCK_N * BLOCK_N"), ("end", "    end = seq")],
+        "run to the end",
+    ),
     "stop one block early (diagonal missed)": ([("end", "    end = start_m * BLOCK_M")], "never visited"),
     "end from the block's first row": ([("end", "    end = tl.minimum(seq, start_m * BLOCK_M + 1)")], "first row"),
     "no mask on the diagonal block": ([("keep", "        keep = cols[None, :] < seq")], "causal condition"),
-    "< instead of <=": ([("keep", "        keep = (cols[None, :] < seq) & (cols[None, :] < offs_m[:, None])")],
-                        "<=, not <"),
-    "n_full off by one block": ([("n_full", "    n_full = (start_m * BLOCK_M // BLOCK_N + 1) * BLOCK_N")],
-                                "one block too far"),
+    "< instead of <=": (
+        [("keep", "        keep = (cols[None, :] < seq) & (cols[None, :] < offs_m[:, None])")],
+        "<=, not <",
+    ),
+    "n_full off by one block": (
+        [("n_full", "    n_full = (start_m * BLOCK_M // BLOCK_N + 1) * BLOCK_N")],
+        "one block too far",
+    ),
     # right outputs, wasted work: the checker reads the bounds
     "end = seq (blocks above the diagonal loaded)": ([("end", "    end = seq")], "end = seq ignores causality"),
     "n_full = 0 (every block masked)": ([("n_full", "    n_full = 0")], "n_full = 0 masks every block"),
-    "end = seq and n_full = 0": ([("n_full", "    n_full = 0"), ("end", "    end = seq")], "end = seq ignores causality"),
-    "end one block past the diagonal": ([("end", "    end = tl.minimum(seq, (start_m + 1) * BLOCK_M + BLOCK_N)")],
-                                        "end = seq ignores causality"),
-    "n_full one block short": ([("n_full", "    n_full = tl.maximum(0, (start_m * BLOCK_M + 1) // BLOCK_N * BLOCK_N - BLOCK_N)")],
-                               "n_full = 0 masks every block"),
+    "end = seq and n_full = 0": (
+        [("n_full", "    n_full = 0"), ("end", "    end = seq")],
+        "end = seq ignores causality",
+    ),
+    "end one block past the diagonal": (
+        [("end", "    end = tl.minimum(seq, (start_m + 1) * BLOCK_M + BLOCK_N)")],
+        "end = seq ignores causality",
+    ),
+    "n_full one block short": (
+        [("n_full", "    n_full = tl.maximum(0, (start_m * BLOCK_M + 1) // BLOCK_N * BLOCK_N - BLOCK_N)")],
+        "n_full = 0 masks every block",
+    ),
 }
 
 RIGHT_BOUNDS_72 = {  # other ways to write the right bounds: the same blocks in each loop
-    "n_full without + 1 (blocks are powers of two)": [("n_full", "    n_full = start_m * BLOCK_M // BLOCK_N * BLOCK_N")],
-    "end rounded up to a block": [("end", "    end = tl.cdiv(tl.minimum(seq, (start_m + 1) * BLOCK_M), BLOCK_N) * BLOCK_N")],
-    "n_full bounded by the whole blocks": [("n_full", "    n_full = tl.minimum(seq // BLOCK_N * BLOCK_N, (start_m * BLOCK_M + 1) // BLOCK_N * BLOCK_N)")],
+    "n_full without + 1 (blocks are powers of two)": [
+        ("n_full", "    n_full = start_m * BLOCK_M // BLOCK_N * BLOCK_N")
+    ],
+    "end rounded up to a block": [
+        ("end", "    end = tl.cdiv(tl.minimum(seq, (start_m + 1) * BLOCK_M), BLOCK_N) * BLOCK_N")
+    ],
+    "n_full bounded by the whole blocks": [
+        ("n_full", "    n_full = tl.minimum(seq // BLOCK_N * BLOCK_N, (start_m * BLOCK_M + 1) // BLOCK_N * BLOCK_N)")
+    ],
 }
 
 
@@ -622,7 +747,9 @@ def test_checker_7_2_bounds_from_a_helper_function(capsys, tmp_path, end, verdic
     """Bounds computed by a @triton.jit function of the learner's are read all the same."""
     src = _wrong_72([("n_full", "    n_full, end = causal_bounds(start_m, seq, BLOCK_M, BLOCK_N)"), ("end", "")])
     kernel = _kernel(BOUNDS_HELPER.format(end=end) + src, tmp_path, f"k72_helper_{verdict}")
-    _assert(_verdict(capsys, lesson07.check_7_2, kernel), verdict, *(["ignores causality"] if verdict == "wrong" else []))
+    _assert(
+        _verdict(capsys, lesson07.check_7_2, kernel), verdict, *(["ignores causality"] if verdict == "wrong" else [])
+    )
 
 
 def test_checker_7_2_untouched_template_is_not_yet(capsys, tmp_path):
@@ -645,7 +772,9 @@ def test_checker_7_2_out_of_bounds_store_is_wrong(capsys, tmp_path):
 
 def test_checker_7_2_no_store_and_nan_results_are_told_apart(capsys, tmp_path):
     no_store = RIGHT_72.replace("    tl.store(out_ptr", "    if seq < 0:\n        tl.store(out_ptr")
-    _assert(_verdict(capsys, lesson07.check_7_2, _kernel(no_store, tmp_path, "k72_nostore")), "wrong", "nothing was stored")
+    _assert(
+        _verdict(capsys, lesson07.check_7_2, _kernel(no_store, tmp_path, "k72_nostore")), "wrong", "nothing was stored"
+    )
     nan_out = RIGHT_72.replace("    o = acc / l_i[:, None]", "    o = acc / (l_i[:, None] * 0.0)  * 0.0")
     line = _verdict(capsys, lesson07.check_7_2, _kernel(nan_out, tmp_path, "k72_nan"))
     _assert(line, "wrong", "NaN")
@@ -674,20 +803,33 @@ WRONG_7_3 = {
     "weights e^lse, unnormalised": (lambda o, lp: ((o * lp.exp()[..., None]).sum(0), _lse(lp)), "divided by their sum"),
     "weights e^lse / sum e^lse, no max": (
         lambda o, lp: ((o * lp.exp()[..., None]).sum(0) / lp.exp().sum(0)[..., None], lp.exp().sum(0).log()),
-        "overflow"),
+        "overflow",
+    ),
     "lse in log2": (lambda o, lp: (combine_answer(o, lp)[0], _lse(lp) / math.log(2)), "log2"),
     "everything in base 2": (
-        lambda o, lp: ((o * torch.exp2(lp - torch.logsumexp(lp * math.log(2), 0) / math.log(2))[..., None]).sum(0),
-                       torch.logsumexp(lp * math.log(2), 0) / math.log(2)), "log2"),
+        lambda o, lp: (
+            (o * torch.exp2(lp - torch.logsumexp(lp * math.log(2), 0) / math.log(2))[..., None]).sum(0),
+            torch.logsumexp(lp * math.log(2), 0) / math.log(2),
+        ),
+        "log2",
+    ),
     "lse = the largest part's": (lambda o, lp: (combine_answer(o, lp)[0], lp.max(0).values), "largest part"),
     "lse = sum of the lse": (lambda o, lp: (combine_answer(o, lp)[0], lp.sum(0)), "not their logs"),
     "base-2 weights": (
-        lambda o, lp: ((o * torch.exp2(lp - torch.logsumexp(lp * math.log(2), 0) / math.log(2))[..., None]).sum(0),
-                       _lse(lp)), "powers of 2"),
+        lambda o, lp: (
+            (o * torch.exp2(lp - torch.logsumexp(lp * math.log(2), 0) / math.log(2))[..., None]).sum(0),
+            _lse(lp),
+        ),
+        "powers of 2",
+    ),
     "exp2 weights of natural-log differences": (
-        lambda o, lp: ((o * torch.exp2(lp - _lse(lp))[..., None]).sum(0), _lse(lp)), "torch.exp, not torch.exp2"),
+        lambda o, lp: ((o * torch.exp2(lp - _lse(lp))[..., None]).sum(0), _lse(lp)),
+        "torch.exp, not torch.exp2",
+    ),
     "weights shifted by the largest lse, not divided by their sum": (
-        lambda o, lp: ((o * torch.exp(lp - lp.max(0).values)[..., None]).sum(0), _lse(lp)), "not divided by their sum"),
+        lambda o, lp: ((o * torch.exp(lp - lp.max(0).values)[..., None]).sum(0), _lse(lp)),
+        "not divided by their sum",
+    ),
 }
 
 
@@ -715,5 +857,3 @@ def test_checker_7_3_other_wrong_answers(capsys):
     _assert(_verdict(capsys, lesson07.check_7_3, in_place), "wrong", "modified")
     _assert(_verdict(capsys, lesson07.check_7_3, lambda o, lp: combine_answer(o, lp)[0]), "wrong", "pair")
     _assert(_verdict(capsys, lesson07.check_7_3, lambda o, lp: (o[0], lp[0])), "wrong")
-
-

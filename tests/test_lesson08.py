@@ -16,12 +16,13 @@ import re
 import sys
 from pathlib import Path
 
-import helpers
 import pytest
 import torch
 import triton
 import triton.language as tl  # noqa: F401  (the generated kernels' module uses it)
 from checking import _untouched, status, verdict
+
+import helpers
 from helpers import data, lesson08
 from helpers.kernels import softmax_backward_looped, softmax_backward_tiled
 
@@ -82,8 +83,13 @@ def _fake_bench():
     rows = []
     for d in ("float32", "bfloat16"):
         for n in (1024, 12672, 16384):
-            for p, f in (("copy", 1.0), ("course", 0.95), ("course_looped", 0.8), ("torch_backward", 0.5),
-                         ("torch_naive_backward", 0.3)):
+            for p, f in (
+                ("copy", 1.0),
+                ("course", 0.95),
+                ("course_looped", 0.8),
+                ("torch_backward", 0.5),
+                ("torch_naive_backward", 0.3),
+            ):
                 rows.append(dict(dtype=d, M=4096, N=n, provider=p, graph_ms=1.5 / f, graph_frac=f, status="ok"))
     return data.frame(rows, {"gpu": "Test GPU"})
 
@@ -97,12 +103,14 @@ def test_the_figure_has_a_panel_per_dtype_and_labels_that_do_not_overlap():
         assert [t.get_text() for t in ax.get_xticklabels()] == ["1K", "12.4K", "16K"]
         assert not any(a.overlaps(b) for a, b in zip(boxes, boxes[1:])), "x tick labels overlap"
     import matplotlib.pyplot as plt
+
     plt.close(fig)
 
 
 def test_the_recorded_figure_draws():
     assert "08_backward" in lesson08.FIGURES
     import matplotlib.pyplot as plt
+
     plt.close(lesson08.FIGURES["08_backward"]())
 
 
@@ -118,15 +126,27 @@ def test_live_rows_time_the_gpu_only_in_the_benchmarks_rounds(monkeypatch):
     by the GPU timer only, in rounds interleaved over them; the rows keep the columns the lesson shows, with
     no empty (eager, host) ones, and the same providers as the recording."""
     import backward_bench  # tools/backward_bench.py: what the recording measures
+
     from helpers import measure
 
     calls = []
     monkeypatch.setattr(lesson08, "ON_GPU", True)
     monkeypatch.setattr(measure, "warm_up_gpu", lambda: None)
     monkeypatch.setattr(measure, "gpu_ms", lambda fn: calls.append(fn) or 2.0)
-    bench = data.frame(lesson08.backward_rows(ns=(8, 20), dtypes=("float32", "bfloat16"), M=3, rounds=2),
-                       {"gpu": "Test GPU"})
-    assert list(bench.columns) == ["dtype", "M", "N", "provider", "graph_ms", "graph_frac", "graph_spread", "max_err", "status"]
+    bench = data.frame(
+        lesson08.backward_rows(ns=(8, 20), dtypes=("float32", "bfloat16"), M=3, rounds=2), {"gpu": "Test GPU"}
+    )
+    assert list(bench.columns) == [
+        "dtype",
+        "M",
+        "N",
+        "provider",
+        "graph_ms",
+        "graph_frac",
+        "graph_spread",
+        "max_err",
+        "status",
+    ]
     assert len(bench) == 4 * 5 and (bench.status == "ok").all() and bench.notna().all().all()
     assert list(bench.provider[:5]) == list(backward_bench.providers())
     assert len(calls) == 4 * 5 * 2 and calls[0] is not calls[1]  # 2 rounds, each over the 5 providers in turn
@@ -200,15 +220,18 @@ def test_checker_8_1_raising_and_in_place(capsys):
     def in_place(out, dy):
         dy -= torch.exp(out) * dy.sum(-1, keepdim=True)
         return dy
+
     assert "changed its inputs" in verdict(capsys, lesson08.check_8_1, in_place)
 
 
 def test_the_square_input_catches_a_missing_keepdim_by_value(capsys):
     """On (4, 4) a missing keepdim broadcasts without an error: the value says which mistake it is."""
+
     def no_keepdim_square_only(out, dy):
         if out.shape[-1] != out.shape[0]:
             return lesson08.log_softmax_backward_answer(out, dy)
         return dy - torch.exp(out) * dy.sum(-1)
+
     line = verdict(capsys, lesson08.check_8_1, no_keepdim_square_only)
     assert "wrong" in line and "keep the summed dimension" in line and "(4, 4)" in line
 
@@ -217,7 +240,7 @@ def test_the_square_input_catches_a_missing_keepdim_by_value(capsys):
 # Exercise 8.2: the learner's Triton kernel, three tensors with their own row strides
 # --------------------------------------------------------------------------------------------
 
-RIGHT_8_2 = '''
+RIGHT_8_2 = """
 @triton.jit
 def KERNEL(dx_ptr, y_ptr, dy_ptr, y_row_stride, dy_row_stride, dx_row_stride, n_rows, n_cols,
            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
@@ -229,46 +252,100 @@ def KERNEL(dx_ptr, y_ptr, dy_ptr, y_row_stride, dy_row_stride, dx_row_stride, n_
     s = tl.sum(y * dy, axis=1)
     dx = y * (dy - s[:, None])
     tl.store(dx_ptr + rows[:, None] * dx_row_stride + cols[None, :], dx, mask=mask)
-'''
+"""
 
 #: name -> (edits of the right kernel's source, expected status, words of the hint)
 VARIANTS_8_2 = {
     "right": ([], "correct", "largest error"),
-    "rows_n_cols_apart": ([("* y_row_stride", "* n_cols"), ("* dy_row_stride", "* n_cols"),
-                           ("* dx_row_stride", "* n_cols")], "wrong", "right only when rows are n_cols apart"),
-    "dy_read_with_y_stride": ([("* dy_row_stride", "* y_row_stride")], "wrong", "dy is read with another tensor's row stride"),
-    "y_read_with_dy_stride": ([("rows[:, None] * y_row_stride", "rows[:, None] * dy_row_stride")], "wrong",
-                              "y is read with another tensor's row stride"),
-    "dx_written_with_y_stride": ([("* dx_row_stride", "* y_row_stride")], "wrong", "dx is written with another tensor's row stride"),
+    "rows_n_cols_apart": (
+        [("* y_row_stride", "* n_cols"), ("* dy_row_stride", "* n_cols"), ("* dx_row_stride", "* n_cols")],
+        "wrong",
+        "right only when rows are n_cols apart",
+    ),
+    "dy_read_with_y_stride": (
+        [("* dy_row_stride", "* y_row_stride")],
+        "wrong",
+        "dy is read with another tensor's row stride",
+    ),
+    "y_read_with_dy_stride": (
+        [("rows[:, None] * y_row_stride", "rows[:, None] * dy_row_stride")],
+        "wrong",
+        "y is read with another tensor's row stride",
+    ),
+    "dx_written_with_y_stride": (
+        [("* dx_row_stride", "* y_row_stride")],
+        "wrong",
+        "dx is written with another tensor's row stride",
+    ),
     "no_load_mask": ([("mask=mask, other=0.0)", ")")], "wrong", "a load reads past the end of a row"),
-    "no_column_mask": ([("mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)", "mask = rows[:, None] < n_rows")],
-                       "wrong", "past a row's last column"),
+    "no_column_mask": (
+        [("mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)", "mask = rows[:, None] < n_rows")],
+        "wrong",
+        "past a row's last column",
+    ),
     "no_store_mask": ([("dx, mask=mask)", "dx)")], "wrong", "a store wrote outside dx's rows"),
-    "no_row_mask": ([("mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)", "mask = cols[None, :] < n_cols")],
-                    "wrong", "a store wrote outside dx's rows"),
-    "inf_padding": ([("y = tl.load(y_ptr + rows[:, None] * y_row_stride + cols[None, :], mask=mask, other=0.0)",
-                      "y = tl.load(y_ptr + rows[:, None] * y_row_stride + cols[None, :], mask=mask, other=-float('inf'))")],
-                    "wrong", "other=0.0"),
+    "no_row_mask": (
+        [("mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)", "mask = cols[None, :] < n_cols")],
+        "wrong",
+        "a store wrote outside dx's rows",
+    ),
+    "inf_padding": (
+        [
+            (
+                "y = tl.load(y_ptr + rows[:, None] * y_row_stride + cols[None, :], mask=mask, other=0.0)",
+                "y = tl.load(y_ptr + rows[:, None] * y_row_stride + cols[None, :], mask=mask, other=-float('inf'))",
+            )
+        ],
+        "wrong",
+        "other=0.0",
+    ),
     # the forward's padding on both loads: -inf * -inf = inf in s, so dx is -inf (not NaN)
-    "inf_padding_both": ([("mask=mask, other=0.0)", "mask=mask, other=-float('inf'))")], "wrong",
-                         "the padding lanes loaded -inf, the forward's padding, and -inf * -inf = inf"),
-    "inf_padding_dy": ([("dy = tl.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :], mask=mask, other=0.0)",
-                         "dy = tl.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :], mask=mask, other=-float('inf'))")],
-                       "wrong", "-inf padding gives -inf * 0 = NaN"),
+    "inf_padding_both": (
+        [("mask=mask, other=0.0)", "mask=mask, other=-float('inf'))")],
+        "wrong",
+        "the padding lanes loaded -inf, the forward's padding, and -inf * -inf = inf",
+    ),
+    "inf_padding_dy": (
+        [
+            (
+                "dy = tl.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :], mask=mask, other=0.0)",
+                "dy = tl.load(dy_ptr + rows[:, None] * dy_row_stride + cols[None, :], mask=mask, other=-float('inf'))",
+            )
+        ],
+        "wrong",
+        "-inf padding gives -inf * 0 = NaN",
+    ),
     "no_sum_term": ([("dx = y * (dy - s[:, None])", "dx = y * dy")], "wrong", "y * dy is only the first term"),
-    "sum_term_without_y": ([("dx = y * (dy - s[:, None])", "dx = y * dy - s[:, None]")], "wrong", "missing its factor y"),
-    "no_product_with_y": ([("dx = y * (dy - s[:, None])", "dx = dy - s[:, None]")], "wrong", "the product with y is missing"),
+    "sum_term_without_y": (
+        [("dx = y * (dy - s[:, None])", "dx = y * dy - s[:, None]")],
+        "wrong",
+        "missing its factor y",
+    ),
+    "no_product_with_y": (
+        [("dx = y * (dy - s[:, None])", "dx = dy - s[:, None]")],
+        "wrong",
+        "the product with y is missing",
+    ),
     "sign": ([("dx = y * (dy - s[:, None])", "dx = y * (dy + s[:, None])")], "wrong", "a sign"),
-    "wrong_axis": ([("s = tl.sum(y * dy, axis=1)", "s = tl.sum(y * dy, axis=0)"), ("dy - s[:, None]", "dy - s[None, :]")],
-                   "wrong", "axis=1"),
+    "wrong_axis": (
+        [("s = tl.sum(y * dy, axis=1)", "s = tl.sum(y * dy, axis=0)"), ("dy - s[:, None]", "dy - s[None, :]")],
+        "wrong",
+        "axis=1",
+    ),
     "sum_of_dy": ([("s = tl.sum(y * dy, axis=1)", "s = tl.sum(dy, axis=1)")], "wrong", "not the sum of dy"),
     "dy_times_y_minus_s": ([("dx = y * (dy - s[:, None])", "dx = dy * (y - s[:, None])")], "wrong", "not dy * (y - s)"),
     "no_program_id": ([("tl.program_id(0).to(tl.int64) * BLOCK_M + ", "")], "wrong", "never written"),
-    "stores_into_y": ([("tl.store(dx_ptr + rows[:, None] * dx_row_stride", "tl.store(y_ptr + rows[:, None] * y_row_stride")],
-                      "wrong", "changed y or dy"),
+    "stores_into_y": (
+        [("tl.store(dx_ptr + rows[:, None] * dx_row_stride", "tl.store(y_ptr + rows[:, None] * y_row_stride")],
+        "wrong",
+        "changed y or dy",
+    ),
     "half_the_answer": ([("dx = y * (dy - s[:, None])", "dx = 0.5 * y * (dy - s[:, None])")], "wrong", "largest error"),
-    "far_out_of_bounds_store": ([("tl.store(dx_ptr + rows[:, None] * dx_row_stride",
-                                  "tl.store(dx_ptr + rows[:, None] * dx_row_stride * 4096")], "wrong", ""),
+    "far_out_of_bounds_store": (
+        [("tl.store(dx_ptr + rows[:, None] * dx_row_stride", "tl.store(dx_ptr + rows[:, None] * dx_row_stride * 4096")],
+        "wrong",
+        "",
+    ),
 }
 
 
@@ -282,8 +359,10 @@ def kernels_8_2(tmp_path_factory):
             assert old in body, (name, old)
             body = body.replace(old, new)
         src.append(body)
-    src.append("@triton.jit\ndef k_untouched(dx_ptr, y_ptr, dy_ptr, y_row_stride, dy_row_stride, dx_row_stride, n_rows, "
-               "n_cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):\n    raise NotImplementedError  # your code here\n")
+    src.append(
+        "@triton.jit\ndef k_untouched(dx_ptr, y_ptr, dy_ptr, y_row_stride, dy_row_stride, dx_row_stride, n_rows, "
+        "n_cols, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):\n    raise NotImplementedError  # your code here\n"
+    )
     d = tmp_path_factory.mktemp("kernels_8_2")
     (d / "variants_8_2.py").write_text("\n".join(src))
     sys.path.insert(0, str(d))
@@ -337,8 +416,9 @@ WRONG_8_3 = {
     "that is log_softmax": lambda x, t: (torch.log_softmax(x, -1) - _onehot(x, t)) / x.shape[0],
     "overflows": lambda x, t: (torch.exp(x) / torch.exp(x).sum(-1, keepdim=True) - _onehot(x, t)) / x.shape[0],
     # shifted, but not by the maximum: fine around 200, overflows on rows spread over hundreds
-    "subtract each row's maximum": lambda x, t: ((e := torch.exp(x - x.mean(-1, keepdim=True))) / e.sum(-1, keepdim=True)
-                                                 - _onehot(x, t)) / x.shape[0],
+    "subtract each row's maximum": lambda x, t: (
+        ((e := torch.exp(x - x.mean(-1, keepdim=True))) / e.sum(-1, keepdim=True) - _onehot(x, t)) / x.shape[0]
+    ),
     "shape": lambda x, t: torch.softmax(x, -1)[:, 0],
     "largest error": lambda x, t: 0.9 * lesson08.cross_entropy_grad_answer(x, t),
 }
@@ -351,6 +431,7 @@ def test_checker_8_3_right_answers_and_untouched(capsys):
         x = logits.detach().clone().requires_grad_()
         torch.nn.functional.cross_entropy(x, target).backward()
         return x.grad
+
     assert status(verdict(capsys, lesson08.check_8_3, autograd)).startswith("correct")
     assert status(verdict(capsys, lesson08.check_8_3, _untouched)).startswith("not yet")
 
@@ -365,6 +446,7 @@ def test_checker_8_3_in_place(capsys):
     def in_place(logits, target):
         logits -= logits.max(-1, keepdim=True).values
         return lesson08.cross_entropy_grad_answer(logits, target)
+
     assert "changed its inputs" in verdict(capsys, lesson08.check_8_3, in_place)
 
 
@@ -391,8 +473,11 @@ def test_the_notebooks_solutions_are_correct(capsys, tmp_path, monkeypatch):
     (tmp_path / "lesson08_solutions.py").write_text(header + "\n\n".join(blocks))  # Triton reads kernels' source
     monkeypatch.syspath_prepend(str(tmp_path))
     sol = importlib.import_module("lesson08_solutions")
-    for checker, fn in ((lesson08.check_8_1, sol.log_softmax_backward), (lesson08.check_8_2, sol.backward_tile_kernel),
-                        (lesson08.check_8_3, sol.cross_entropy_grad)):
+    for checker, fn in (
+        (lesson08.check_8_1, sol.log_softmax_backward),
+        (lesson08.check_8_2, sol.backward_tile_kernel),
+        (lesson08.check_8_3, sol.cross_entropy_grad),
+    ):
         assert status(verdict(capsys, checker, fn)).startswith("correct")
 
 
@@ -400,8 +485,11 @@ def test_no_kernel_answer_on_screen_above_the_checker_of_8_2():
     """Above exercise 8.2's solution no cell holds a tile kernel's row dot, its dx or its strided
     offsets: the library's backward kernel comes after the solution."""
     cells = _cells()
-    sol = next(i for i, c in enumerate(cells) if "solution" in c.get("metadata", {}).get("tags", [])
-               and "backward_tile_kernel" in "".join(c["source"]))
+    sol = next(
+        i
+        for i, c in enumerate(cells)
+        if "solution" in c.get("metadata", {}).get("tags", []) and "backward_tile_kernel" in "".join(c["source"])
+    )
     above = "\n".join("".join(c["source"]) for c in cells[:sol])
     for answer in ("tl.sum(y * dy", "dy - dot[:, None]", "* y_row_stride", "softmax_backward_tiled_kernel"):
         assert answer not in above, answer
@@ -423,13 +511,16 @@ def test_exercise_answers_match_autograd():
 
 def _run_cell(phrase: str, ns: dict, notebook=NOTEBOOK) -> dict:
     """Run the code cell of ``notebook`` (the lesson unless told) that contains ``phrase``, in ``ns``."""
-    (src,) = ["".join(c["source"]) for c in _cells(notebook) if c["cell_type"] == "code" and phrase in "".join(c["source"])]
+    (src,) = [
+        "".join(c["source"]) for c in _cells(notebook) if c["cell_type"] == "code" and phrase in "".join(c["source"])
+    ]
     exec(compile(src, f"{notebook.name} ({phrase})", "exec"), ns)
     return ns
 
 
 def _notebook_names() -> dict:
     import pandas as pd
+
     from helpers.reference import round_up_err
 
     return dict(helpers=helpers, torch=torch, pd=pd, data=data, lesson08=lesson08, round_up_err=round_up_err)
@@ -440,16 +531,22 @@ def test_the_lessons_plain_launch_agrees_with_the_library():
     helpers.softmax_backward, whose launcher picks the tile, on strided and expanded layouts and three dtypes."""
     from helpers.kernels.backward import softmax_backward_tiled_kernel
 
-    ns = _run_cell("def backward(y, dy, BLOCK_M=4)", dict(_notebook_names(), triton=triton, tl=tl,
-                                                           softmax_backward_tiled_kernel=softmax_backward_tiled_kernel))
+    ns = _run_cell(
+        "def backward(y, dy, BLOCK_M=4)",
+        dict(_notebook_names(), triton=triton, tl=tl, softmax_backward_tiled_kernel=softmax_backward_tiled_kernel),
+    )
     g = torch.Generator().manual_seed(8)
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
         for M, N in ((5, 37), (9, 100)):
             y = torch.softmax(torch.randn(N, M, generator=g) * 3, dim=0).t().to(helpers.DEVICE, dtype)  # transposed
             dy = torch.randn(M, N + 3, generator=g)[:, :N].to(helpers.DEVICE, dtype)  # rows N + 3 apart
             for block_m in (1, 4):
-                torch.testing.assert_close(ns["backward"](y, dy, block_m).float(), helpers.softmax_backward(y, dy).float(),
-                                           atol=TOLERANCE[dtype], rtol=0)
+                torch.testing.assert_close(
+                    ns["backward"](y, dy, block_m).float(),
+                    helpers.softmax_backward(y, dy).float(),
+                    atol=TOLERANCE[dtype],
+                    rtol=0,
+                )
         ones = torch.ones(1, dtype=dtype, device=helpers.DEVICE).expand(M, N)  # stride 0: dx is 0
         assert ns["backward"](y, ones).abs().max().item() < TOLERANCE[dtype]
 

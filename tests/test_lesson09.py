@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import math
 
-import helpers  # noqa: F401  (first: interpreter or GPU)
 import pytest
 import torch
 import triton
 import triton.language as tl
 from checking import _raises, _untouched, status, verdict
+
+import helpers  # noqa: F401  (first: interpreter or GPU)
 from helpers import lesson09
 
 # --------------------------------------------------------------------------------------------
@@ -35,6 +36,7 @@ def test_check_softmax_topk_passes_the_kernel_and_fails_a_wrong_one():
     def unnormalized(x, k):  # the top k of exp(x - max) without dividing by the sum
         v, i = torch.exp(x.float() - x.float().max(-1, keepdim=True).values).topk(k)
         return v.to(x.dtype), i
+
     assert not lesson09.check_softmax_topk(unnormalized)
 
 
@@ -49,6 +51,7 @@ def test_topk_error_sees_wrong_indices_and_a_modified_input():
         x.mul_(1.0)
         x[0, 0] = 99.0
         return torch.softmax(x.float(), -1).topk(k)
+
     assert lesson09.topk_error(lambda x, k: torch.softmax(x.float(), -1).topk(k), x, 4) < 1e-6
     assert lesson09.topk_error(wrong_idx, x, 4) > 1e-3
     assert lesson09.topk_error(in_place, x, 4) == math.inf
@@ -67,7 +70,9 @@ def test_exact_probs_follow_the_hugging_face_order():
 def test_frequency_check_catches_a_wrong_sampler():
     def ignores_temperature(logits, generator=None, temperature=1.0, top_k=None, top_p=None):
         from helpers.kernels.sampling import sample
+
         return sample(logits, generator=generator, top_k=top_k, top_p=top_p)
+
     bad = lesson09.frequency_check(draws=120, settings=({"temperature": 0.3},), fn=ignores_temperature)
     assert not bad["agrees"].all()
 
@@ -96,6 +101,7 @@ def _with(d_fn=None, cand=None):
         if cand is not None:
             v, c = cand(a, b, k, v, c)
         return m, d, v, c
+
     return merge
 
 
@@ -103,10 +109,15 @@ WRONG_9_1 = {
     "merging without rescaling": _with(d_fn=lambda a, b, m: a[1] + b[1]),
     "the factor is e^(m_A - m)": _with(d_fn=lambda a, b, m: a[1] * torch.exp(m - a[0]) + b[1] * torch.exp(m - b[0])),
     "two states of only -inf": _with(d_fn=lambda a, b, m: a[1] * torch.exp(a[0] - m) + b[1] * torch.exp(b[0] - m)),
-    "keep exactly k": _with(cand=lambda a, b, k, v, c: (torch.cat([a[2], b[2]]).topk(k + 1).values,
-                                                          torch.cat([a[3], b[3]])[torch.cat([a[2], b[2]]).topk(k + 1).indices])),
-    "not the first k of their concatenation": _with(cand=lambda a, b, k, v, c: (torch.cat([a[2], b[2]])[:k],
-                                                                                 torch.cat([a[3], b[3]])[:k])),
+    "keep exactly k": _with(
+        cand=lambda a, b, k, v, c: (
+            torch.cat([a[2], b[2]]).topk(k + 1).values,
+            torch.cat([a[3], b[3]])[torch.cat([a[2], b[2]]).topk(k + 1).indices],
+        )
+    ),
+    "not the first k of their concatenation": _with(
+        cand=lambda a, b, k, v, c: (torch.cat([a[2], b[2]])[:k], torch.cat([a[3], b[3]])[:k])
+    ),
     "descending order": _with(cand=lambda a, b, k, v, c: (v.flip(0), c.flip(0))),
     "the columns must move with their values": _with(cand=lambda a, b, k, v, c: (v, torch.cat([a[3], b[3]])[:k])),
 }
@@ -131,6 +142,7 @@ def test_checker_9_1_sees_a_modified_input(capsys):
     def in_place(a, b, k):
         a[2][0] = 0.0
         return merge_solution(a, b, k)
+
     assert "changed its inputs" in verdict(capsys, lesson09.check_9_1, in_place)
 
 
@@ -236,22 +248,39 @@ def step_not_a_kernel(out_ptr, logits_ptr, u_ptr, row_stride, k, top_p, inv_temp
     return None
 
 
-@pytest.mark.parametrize("kernel, expected, words", [
-    (step_right, "correct", "draws"),
-    (step_untouched, "not yet", ""),
-    (None, "not yet", ""),
-    (step_not_a_kernel, "wrong", "@triton.jit"),
-    (step_drop_top, "wrong", "drops the top token"),
-    (step_temp_after, "wrong", "before the softmax"),
-    (step_k_plus_1, "wrong", "k + 1 tokens"),
-    (step_no_top_k, "wrong", "only the first k lanes"),
-    (step_no_renorm, "wrong", "renormalize over the top k"),
-    (step_no_mass, "wrong", "scale u by the kept mass"),
-    (step_constant, "wrong", "the positions should be"),
-    (step_contiguous_rows, "wrong", "row_stride"),
-    (step_no_store, "wrong", "nothing stored"),
-], ids=["right", "untouched", "none", "not_a_kernel", "drop_top", "temp_after", "k_plus_1", "no_top_k",
-        "no_renorm", "no_mass", "constant", "contiguous_rows", "no_store"])
+@pytest.mark.parametrize(
+    "kernel, expected, words",
+    [
+        (step_right, "correct", "draws"),
+        (step_untouched, "not yet", ""),
+        (None, "not yet", ""),
+        (step_not_a_kernel, "wrong", "@triton.jit"),
+        (step_drop_top, "wrong", "drops the top token"),
+        (step_temp_after, "wrong", "before the softmax"),
+        (step_k_plus_1, "wrong", "k + 1 tokens"),
+        (step_no_top_k, "wrong", "only the first k lanes"),
+        (step_no_renorm, "wrong", "renormalize over the top k"),
+        (step_no_mass, "wrong", "scale u by the kept mass"),
+        (step_constant, "wrong", "the positions should be"),
+        (step_contiguous_rows, "wrong", "row_stride"),
+        (step_no_store, "wrong", "nothing stored"),
+    ],
+    ids=[
+        "right",
+        "untouched",
+        "none",
+        "not_a_kernel",
+        "drop_top",
+        "temp_after",
+        "k_plus_1",
+        "no_top_k",
+        "no_renorm",
+        "no_mass",
+        "constant",
+        "contiguous_rows",
+        "no_store",
+    ],
+)
 def test_checker_9_2(capsys, kernel, expected, words):
     line = verdict(capsys, lesson09.check_9_2, kernel)
     assert status(line).startswith(expected), line
@@ -261,8 +290,10 @@ def test_checker_9_2(capsys, kernel, expected, words):
 def test_every_mistake_of_9_2_changes_some_position():
     u = lesson09._uniforms()
     for mistake in lesson09.HINTS_9_2:
-        assert any(not torch.equal(lesson09.positions(v, k, p, t, u), lesson09.positions(v, k, p, t, u, mistake))
-                   for v, k, p, t in lesson09.CASES_9_2), mistake
+        assert any(
+            not torch.equal(lesson09.positions(v, k, p, t, u), lesson09.positions(v, k, p, t, u, mistake))
+            for v, k, p, t in lesson09.CASES_9_2
+        ), mistake
 
 
 def test_the_notebooks_solutions_are_correct(capsys, tmp_path, monkeypatch):
@@ -307,8 +338,19 @@ def test_sampling_rows_with_fake_timers(monkeypatch):
     copy = next(r for r in rows if r["provider"] == "copy" and r["dtype"] == "float32")
     assert copy["graph_us"] == pytest.approx(11.0) and copy["frac_of_one_read"] == pytest.approx(0.5)
     assert copy["graph_spread"] == pytest.approx((0.012 - 0.010) / 0.011, abs=1e-3)
-    assert set(rows[0]) == {"dtype", "M", "N", "provider", "graph_us", "eager_us", "host_us", "graph_spread", "spread",
-                            "frac_of_one_read", "status"}
+    assert set(rows[0]) == {
+        "dtype",
+        "M",
+        "N",
+        "provider",
+        "graph_us",
+        "eager_us",
+        "host_us",
+        "graph_spread",
+        "spread",
+        "frac_of_one_read",
+        "status",
+    }
 
 
 def test_sampling_rows_reports_a_failing_provider(monkeypatch):
@@ -347,8 +389,10 @@ def test_no_answer_on_screen_before_its_checker():
 
     nb = json.loads((Path(__file__).resolve().parent.parent / "notebooks" / "09_vocab_sampling.ipynb").read_text())
     code = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
-    answers = {"lesson09.check_9_1(": ("exp(m_a - m)", "torch.cat([v_a, v_b])", "d_s * tl.exp(m_s - m)"),
-               "lesson09.check_9_2(": ("incl - q < top_p", "u * kept", "tl.cumsum(")}
+    answers = {
+        "lesson09.check_9_1(": ("exp(m_a - m)", "torch.cat([v_a, v_b])", "d_s * tl.exp(m_s - m)"),
+        "lesson09.check_9_2(": ("incl - q < top_p", "u * kept", "tl.cumsum("),
+    }
     for checker, lines in answers.items():
         at = next(i for i, c in enumerate(code) if checker in c)
         for line in lines:
@@ -377,8 +421,13 @@ def test_merge_stages_cuts_the_library_kernel_and_its_uncut_copy_agrees(tmp_path
     assert all(src.count(f"if STOP == {s}:") == 1 for s in range(len(stages.CUTS)))
     with pytest.raises(ValueError, match="update tools/merge_stages.py"):
         stages.staged_source(kernel.replace("T = (t - 2**31).to(tl.int32)", "T = t"))
-    run = subprocess.run([sys.executable, str(path), "--smoke"], capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "TMPDIR": str(tmp_path)})
+    run = subprocess.run(
+        [sys.executable, str(path), "--smoke"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout.count(": ran") == len(stages.STEPS)
     assert "uncut copy gives the library's answer: True" in run.stdout
@@ -401,8 +450,12 @@ def test_figures_are_named_for_the_lesson_and_draw():
         ax = figs["09_fixed_cost"].axes[0]
         assert ax.get_xlabel() and ax.get_ylabel() and ax.get_xscale() == "log" and ax.get_yscale() == "log"
         labels = ax.get_legend_handles_labels()[1]
-        assert {"softmax_topk(x, 50), H100", "softmax_topk(x, 50), H200", "one read (the floor)",
-                "0.85 of one read (the target)"} <= set(labels)
+        assert {
+            "softmax_topk(x, 50), H100",
+            "softmax_topk(x, 50), H200",
+            "one read (the floor)",
+            "0.85 of one read (the target)",
+        } <= set(labels)
     finally:
         for fig in figs.values():
             plt.close(fig)
@@ -410,6 +463,7 @@ def test_figures_are_named_for_the_lesson_and_draw():
 
 def test_the_fixed_cost_figure_draws_what_it_is_given_and_leaves_it_alone():
     import matplotlib.pyplot as plt
+
     from helpers import data
 
     bench = data.load("sampling", gpu="h100")

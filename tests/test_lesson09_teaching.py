@@ -8,9 +8,10 @@ import importlib
 import json
 from pathlib import Path
 
-import helpers  # noqa: F401  (first: interpreter or GPU)
 import pytest
 import torch
+
+import helpers  # noqa: F401  (first: interpreter or GPU)
 from helpers import lesson09
 from helpers.kernels import sampling
 from helpers.mode import DEVICE
@@ -29,8 +30,9 @@ def lesson(tmp_path_factory):
         assert len(hits) == 1, f"expected one code cell of lesson 09 defining {start!r}, found {len(hits)}"
         found.append("\n".join(line for line in hits[0].splitlines() if not line.startswith("#| export:")))
     folder = tmp_path_factory.mktemp("lesson09_cells")
-    (folder / "lesson09_cells.py").write_text("import torch\nimport triton\nimport triton.language as tl\n\n\n"
-                                              + "\n\n\n".join(found) + "\n")
+    (folder / "lesson09_cells.py").write_text(
+        "import torch\nimport triton\nimport triton.language as tl\n\n\n" + "\n\n\n".join(found) + "\n"
+    )
     import sys
 
     sys.path.insert(0, str(folder))

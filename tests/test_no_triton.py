@@ -17,13 +17,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-import helpers
 import pytest
+
+import helpers
 from helpers import mode
 
 ROOT = Path(__file__).resolve().parent.parent
 HIDE = ROOT / "tests" / "no_triton"
-KERNEL_LESSONS = sorted(p for p in (ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb") if int(p.name[:2]) >= 3)  # + deep dives
+KERNEL_LESSONS = sorted(
+    p for p in (ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb") if int(p.name[:2]) >= 3
+)  # + deep dives
 HELPERS_MODULES = sorted(
     "helpers." + (p.stem if p.parent.name == "helpers" else f"kernels.{p.stem}")
     for p in [*(ROOT / "helpers").glob("*.py"), *(ROOT / "helpers" / "kernels").glob("*.py")]
@@ -39,15 +42,16 @@ def hidden_env() -> dict:
 
 
 def run_hidden(code: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=hidden_env(),
-                          cwd=ROOT, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=hidden_env(), cwd=ROOT, timeout=300
+    )
 
 
 # ------------------------------------------------------------------------------------------
 # import helpers without Triton
 # ------------------------------------------------------------------------------------------
 
-PROBE = r'''
+PROBE = r"""
 import json, importlib, sys
 import helpers
 out = {"has_triton": helpers.HAS_TRITON, "banner": helpers.banner(), "describe": helpers.describe(),
@@ -86,7 +90,7 @@ try:
 except helpers.KernelsUnavailable as e:
     out["require"] = "KernelsUnavailable: " + str(e)
 print("JSON" + json.dumps(out))
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -109,11 +113,22 @@ def test_every_module_that_needs_no_triton_imports(probe):
     for name, result in probe["modules"].items():
         if mode.is_kernel_module(name):
             assert result.startswith(f"KernelsUnavailable: `{name}` needs Triton") or result.startswith(
-                "KernelsUnavailable: `helpers.kernels` needs Triton"), (name, result)  # a submodule: its package first
+                "KernelsUnavailable: `helpers.kernels` needs Triton"
+            ), (name, result)  # a submodule: its package first
         else:
             assert result == "ok", (name, result)
-    for must in ("helpers.mode", "helpers.reference", "helpers.traffic", "helpers.plots", "helpers.exercises",
-                 "helpers.gpu_data", "helpers.lesson01", "helpers.lesson02", "helpers.checks", "helpers.device"):
+    for must in (
+        "helpers.mode",
+        "helpers.reference",
+        "helpers.traffic",
+        "helpers.plots",
+        "helpers.exercises",
+        "helpers.gpu_data",
+        "helpers.lesson01",
+        "helpers.lesson02",
+        "helpers.checks",
+        "helpers.device",
+    ):
         assert probe["modules"][must] == "ok", must
 
 
@@ -152,8 +167,9 @@ def test_the_kernel_module_list_names_only_modules_that_need_triton():
                     base = f"{pkg}.{base}" if base else pkg
                 imported.add(base)
                 imported |= {f"{base}.{a.name}" for a in node.names}
-        assert any(m == "triton" or m.startswith("triton.") or (mode.is_kernel_module(m) and m != name)
-                   for m in imported), f"{name} is blocked without Triton but imports neither triton nor a kernel module"
+        assert any(
+            m == "triton" or m.startswith("triton.") or (mode.is_kernel_module(m) and m != name) for m in imported
+        ), f"{name} is blocked without Triton but imports neither triton nor a kernel module"
 
 
 def test_with_triton_nothing_changes():
@@ -170,10 +186,17 @@ def test_with_triton_nothing_changes():
 # ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("system, machine, lacks", [
-    ("Darwin", "arm64", "macOS"), ("Darwin", "x86_64", "macOS"), ("Windows", "AMD64", "Windows"),
-    ("Linux", "ppc64le", "Linux on ppc64le"), ("Linux", "x86_64", None), ("Linux", "aarch64", None),
-])
+@pytest.mark.parametrize(
+    "system, machine, lacks",
+    [
+        ("Darwin", "arm64", "macOS"),
+        ("Darwin", "x86_64", "macOS"),
+        ("Windows", "AMD64", "Windows"),
+        ("Linux", "ppc64le", "Linux on ppc64le"),
+        ("Linux", "x86_64", None),
+        ("Linux", "aarch64", None),
+    ],
+)
 def test_platform_lacks_triton(system, machine, lacks):
     assert mode.platform_lacks_triton(system, machine) == lacks
 
@@ -182,17 +205,28 @@ def test_platform_lacks_triton(system, machine, lacks):
 def test_message_where_triton_has_no_build(system):
     msg = mode.kernels_unavailable_message("lesson 03", system=system, machine="arm64", error="x")
     assert msg.startswith("Lesson 03 needs Triton, which publishes no build for ")
-    for where in ("lessons 01-02 run here", "Linux", "WSL2", "SSH", "make lab ARGS=", "Colab",
-                  "pip install -r requirements.txt", "README"):
+    for where in (
+        "lessons 01-02 run here",
+        "Linux",
+        "WSL2",
+        "SSH",
+        "make lab ARGS=",
+        "Colab",
+        "pip install -r requirements.txt",
+        "README",
+    ):
         assert where in msg, where
     assert "\n" not in msg
 
 
 def test_message_where_triton_could_be_installed():
-    msg = mode.kernels_unavailable_message("`helpers.softmax`", system="Linux", machine="x86_64",
-                                           error="ImportError: libcuda.so: cannot open")
-    assert msg.startswith("`helpers.softmax` needs Triton, and `import triton` fails in this Python "
-                          "(ImportError: libcuda.so: cannot open)")
+    msg = mode.kernels_unavailable_message(
+        "`helpers.softmax`", system="Linux", machine="x86_64", error="ImportError: libcuda.so: cannot open"
+    )
+    assert msg.startswith(
+        "`helpers.softmax` needs Triton, and `import triton` fails in this Python "
+        "(ImportError: libcuda.so: cannot open)"
+    )
     assert "pip install -r requirements.txt" in msg and "WSL2" not in msg
 
 
@@ -222,8 +256,13 @@ def hidden_kernel():
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     nb = nbformat.v4.new_notebook()
-    client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
-                                     resources={"metadata": {"path": str(ROOT / "notebooks")}})
+    client = nbclient.NotebookClient(
+        nb,
+        timeout=300,
+        kernel_name="python3",
+        allow_errors=True,
+        resources={"metadata": {"path": str(ROOT / "notebooks")}},
+    )
     with client.setup_kernel(env=hidden_env()):
         yield client, nbformat
 
@@ -250,16 +289,21 @@ def _one_line_error(outputs, starts: str) -> str:
 
 @pytest.mark.slow
 def test_a_kernel_lessons_first_cell_stops_with_one_line(hidden_kernel):
-    outputs = _run(hidden_kernel, 'import helpers  # first: it decides whether kernels are compiled for a GPU or interpreted\n'
-                                  'helpers.require_kernels("lesson 03")\n'
-                                  'import triton\nprint("not reached")')
+    outputs = _run(
+        hidden_kernel,
+        "import helpers  # first: it decides whether kernels are compiled for a GPU or interpreted\n"
+        'helpers.require_kernels("lesson 03")\n'
+        'import triton\nprint("not reached")',
+    )
     line = _one_line_error(outputs, "Lesson 03 needs Triton")
     assert "pip install -r requirements.txt" in line
 
 
 @pytest.mark.slow
 def test_lessons_01_02_setup_runs_and_kernel_names_stop_with_one_line(hidden_kernel):
-    outputs = _run(hidden_kernel, "import helpers\nfrom helpers import lesson01, lesson02, plots\nprint(helpers.banner())")
+    outputs = _run(
+        hidden_kernel, "import helpers\nfrom helpers import lesson01, lesson02, plots\nprint(helpers.banner())"
+    )
     assert [o["output_type"] for o in outputs] == ["stream"]
     assert outputs[0]["text"].startswith("Kernels run on: nothing here (no Triton")
     _one_line_error(_run(hidden_kernel, "from helpers import lesson04"), "`helpers.lesson04` needs Triton")
@@ -274,6 +318,6 @@ def test_each_kernel_lesson_stops_at_its_first_cell(hidden_kernel, name):
     if not m:
         pytest.skip(f'{name}\'s first code cell does not call helpers.require_kernels("lesson {name[:2]}") yet')
     assert m.group(1) == name[:2]
-    before = source[:m.start()]
+    before = source[: m.start()]
     assert "import triton" not in before and re.search(r"^import helpers\b", before, re.MULTILINE)
     _one_line_error(_run(hidden_kernel, source), f"Lesson {name[:2]} needs Triton")

@@ -97,12 +97,28 @@ def test_json_is_tidy(path):
 def test_tidy_joins_a_cells_consecutive_streams_of_one_name():
     out = lambda name, text: {"output_type": "stream", "name": name, "text": text}
     shown = {"output_type": "display_data", "data": {"text/plain": "x"}, "metadata": {"a": 1}}
-    cell = {"cell_type": "code", "source": "", "metadata": {}, "execution_count": 3,
-            "outputs": [out("stdout", "a\n"), out("stdout", ["b", "\n"]), out("stderr", "w\n"), out("stdout", "c\n"),
-                        shown, out("stdout", "d\n")]}
+    cell = {
+        "cell_type": "code",
+        "source": "",
+        "metadata": {},
+        "execution_count": 3,
+        "outputs": [
+            out("stdout", "a\n"),
+            out("stdout", ["b", "\n"]),
+            out("stderr", "w\n"),
+            out("stdout", "c\n"),
+            shown,
+            out("stdout", "d\n"),
+        ],
+    }
     got = nbtidy.tidy({"cells": [cell], "metadata": {}})["cells"][0]["outputs"]
     assert [(o.get("name"), o.get("text")) for o in got] == [
-        ("stdout", "a\nb\n"), ("stderr", "w\n"), ("stdout", "c\n"), (None, None), ("stdout", "d\n")]
+        ("stdout", "a\nb\n"),
+        ("stderr", "w\n"),
+        ("stdout", "c\n"),
+        (None, None),
+        ("stdout", "d\n"),
+    ]
 
 
 @notebooks
@@ -148,7 +164,9 @@ def test_outputs_hold_no_machine_paths(path):
     for i, cell in code_cells(nb):
         for text in output_texts(cell):
             m = MACHINE_PATHS.search(text)
-            assert not m, f"{where(path, i, cell)} output shows a machine path {m.group(0)!r}: {text[max(0, m.start() - 60):m.end() + 60]!r}"
+            assert not m, (
+                f"{where(path, i, cell)} output shows a machine path {m.group(0)!r}: {text[max(0, m.start() - 60) : m.end() + 60]!r}"
+            )
 
 
 @notebooks
@@ -159,8 +177,10 @@ def test_outputs_come_from_the_cpu_path(path):
         for text in output_texts(cell):
             m = GPU_TEXT.search(text)
             if m and "nbval-ignore-output" not in tags(cell):
-                pytest.fail(f"{where(path, i, cell)} output looks like a GPU run ({m.group(0)!r}): "
-                            f"re-execute on the CPU (`make execute`)")
+                pytest.fail(
+                    f"{where(path, i, cell)} output looks like a GPU run ({m.group(0)!r}): "
+                    f"re-execute on the CPU (`make execute`)"
+                )
             assert "device='cuda" not in text and "cuda:0" not in text, where(path, i, cell)
 
 
@@ -253,10 +273,11 @@ def test_exercises_have_template_checker_and_solution(path):
     for i, cell in enumerate(cells):
         if cell["cell_type"] != "markdown" or not re.match(r"## Exercise \d+\.\d+", source(cell)):
             continue
-        rest = cells[i + 1:]
+        rest = cells[i + 1 :]
         following_code = [c for c in rest[:4] if c["cell_type"] == "code"]
-        assert any("NotImplementedError" in source(c) for c in following_code), \
+        assert any("NotImplementedError" in source(c) for c in following_code), (
             f"{where(path, i, cell)}: the template should start as `raise NotImplementedError`"
+        )
         solution = next((c for c in rest if "solution" in tags(c)), None)
         assert solution is not None, f"{where(path, i, cell)}: no cell tagged 'solution' follows"
         assert solution["cell_type"] == "markdown"
@@ -275,8 +296,15 @@ def test_solution_cells_are_markdown_in_details(path):
 
 @notebooks
 def test_cell_tags_are_known(path):
-    known = {"nbval-ignore-output", "nbval-skip", "solution", "raises-exception",
-             "nbval-raises-exception", "hide-input", "hide-output"}  # no "instructor": docs/instructor-guide.md
+    known = {
+        "nbval-ignore-output",
+        "nbval-skip",
+        "solution",
+        "raises-exception",
+        "nbval-raises-exception",
+        "hide-input",
+        "hide-output",
+    }  # no "instructor": docs/instructor-guide.md
     nb = load(path)
     for i, cell in enumerate(nb["cells"]):
         unknown = tags(cell) - known
@@ -300,15 +328,24 @@ def budget(path: Path) -> dict:
     exercises = len(re.findall(r"(?m)^#+ .*Exercise \d", md))
     line = next((l for l in source(cells[0]).splitlines() if "**Time:**" in l), "")
     stated = sum(int(m) for m in re.findall(r"(\d+)\s*min", line)) if re.search(r"(?i)teach", line) else 0
-    return {"words": words, "code": code, "exercises": exercises, "stated": stated,
-            "honest": words / WORDS_PER_MINUTE + MINUTES_PER_EXERCISE * exercises, "line": line}
+    return {
+        "words": words,
+        "code": code,
+        "exercises": exercises,
+        "stated": stated,
+        "honest": words / WORDS_PER_MINUTE + MINUTES_PER_EXERCISE * exercises,
+        "line": line,
+    }
 
 
 def test_budget_counts_words_code_and_the_stated_time(tmp_path):
     md = lambda s: {"cell_type": "markdown", "source": s, "metadata": {}}  # noqa: E731
-    cells = [md("# 01 · T\n\n**Time:** teaching 20 min, exercises 16 min.\n\none two three"),
-             md("## Exercise 1.1: x"), md("<details><summary>Show a solution</summary>hidden words</details>"),
-             {"cell_type": "code", "source": "a = 1\nb = 2", "metadata": {}, "outputs": [], "execution_count": None}]
+    cells = [
+        md("# 01 · T\n\n**Time:** teaching 20 min, exercises 16 min.\n\none two three"),
+        md("## Exercise 1.1: x"),
+        md("<details><summary>Show a solution</summary>hidden words</details>"),
+        {"cell_type": "code", "source": "a = 1\nb = 2", "metadata": {}, "outputs": [], "execution_count": None},
+    ]
     p = tmp_path / "01_t.ipynb"
     p.write_text(json.dumps({"cells": cells}))
     b = budget(p)
@@ -318,12 +355,18 @@ def test_budget_counts_words_code_and_the_stated_time(tmp_path):
 @lessons
 def test_a_core_lesson_fits_the_time_it_states(path):
     b = budget(path)
-    fits = (b["words"] <= MAX_WORDS and b["code"] <= MAX_CODE_LINES and b["stated"] <= MAX_MINUTES
-            and b["stated"] >= b["honest"] - 0.5)
-    what = (f"{path.name}: {b['words']} words (at most {MAX_WORDS}), {b['code']} lines of code (at most "
-            f"{MAX_CODE_LINES}), {b['exercises']} exercises, time stated {b['stated']} min in {b['line']!r} "
-            f"(honest: at least {b['honest']:.0f} = words / {WORDS_PER_MINUTE} + {MINUTES_PER_EXERCISE} per exercise, "
-            f"at most {MAX_MINUTES}; state it as '**Time:** teaching N min, exercises M min.')")
+    fits = (
+        b["words"] <= MAX_WORDS
+        and b["code"] <= MAX_CODE_LINES
+        and b["stated"] <= MAX_MINUTES
+        and b["stated"] >= b["honest"] - 0.5
+    )
+    what = (
+        f"{path.name}: {b['words']} words (at most {MAX_WORDS}), {b['code']} lines of code (at most "
+        f"{MAX_CODE_LINES}), {b['exercises']} exercises, time stated {b['stated']} min in {b['line']!r} "
+        f"(honest: at least {b['honest']:.0f} = words / {WORDS_PER_MINUTE} + {MINUTES_PER_EXERCISE} per exercise, "
+        f"at most {MAX_MINUTES}; state it as '**Time:** teaching N min, exercises M min.')"
+    )
     assert fits, what
 
 
@@ -335,8 +378,9 @@ def test_a_core_lesson_points_to_its_deep_dive(path):
         pytest.skip(f"{path.name} has no deep dive")
     cells = load(path)["cells"]
     tail = "\n".join(source(c) for c in cells[-4:] if c["cell_type"] == "markdown")
-    assert "## Going further" in tail and f"]({deep[0].name})" in tail and "optional" in tail.lower(), \
+    assert "## Going further" in tail and f"]({deep[0].name})" in tail and "optional" in tail.lower(), (
         f"{path.name}: end with '## Going further', linking {deep[0].name} as optional"
+    )
 
 
 @deep_dives
@@ -351,4 +395,6 @@ def test_a_deep_dive_follows_its_lesson(path):
 def test_no_instructor_notes_in_a_notebook(path):
     """Instructor notes live in docs/instructor-guide.md: JupyterLab would show a learner every cell."""
     for i, cell in enumerate(load(path)["cells"]):
-        assert "instructor note" not in source(cell).lower(), f"{where(path, i, cell)}: move it to docs/instructor-guide.md"
+        assert "instructor note" not in source(cell).lower(), (
+            f"{where(path, i, cell)}: move it to docs/instructor-guide.md"
+        )

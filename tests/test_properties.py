@@ -17,12 +17,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import helpers
-import helpers.kernels as K
 import torch
-from helpers import DEVICE, TOLERANCES
 from hypothesis import given
 from hypothesis import strategies as st
+
+import helpers
+import helpers.kernels as K
+from helpers import DEVICE, TOLERANCES
 
 INF, NAN = float("inf"), float("nan")
 
@@ -77,9 +78,7 @@ def cases(draw, dtypes=HALF_AND_FLOAT, scales=SCALES, specials=tuple(SPECIAL_VAL
         # columns near the start of a row are favoured: special values in the first blocks, before
         # the running max has seen a finite value, are where looped kernels go wrong
         col = st.integers(0, 3) | st.integers(0, 10**6)
-        chosen = tuple(
-            draw(st.lists(st.tuples(st.sampled_from(specials), st.integers(0, 10**6), col), max_size=4))
-        )
+        chosen = tuple(draw(st.lists(st.tuples(st.sampled_from(specials), st.integers(0, 10**6), col), max_size=4)))
         if "-inf" in specials:
             neg_inf_row = draw(st.none() | st.integers(0, 10**6))
             prefix = draw(st.just(0) | st.integers(0, cols))
@@ -146,7 +145,9 @@ def check(fn, case: Case, **kwargs):
 
 def block_sizes(cols: int):
     """Block sizes for the looped kernels: the default, and powers of two giving a few blocks."""
-    return st.sampled_from([None] + [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256, 1024) if -(-cols // b) <= MAX_BLOCKS])
+    return st.sampled_from(
+        [None] + [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256, 1024) if -(-cols // b) <= MAX_BLOCKS]
+    )
 
 
 # ------------------------------------------------------------------------------------------

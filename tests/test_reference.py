@@ -4,13 +4,14 @@ show_source: the pieces the lessons lean on besides the kernels."""
 from __future__ import annotations
 
 import inspect
-import os
 import math
+import os
+
+import pytest
+import torch
 
 import helpers
 import helpers.kernels as K
-import pytest
-import torch
 from helpers import DEVICE, TOLERANCES, gpu_data, traffic
 
 INF, NAN = float("inf"), float("nan")
@@ -36,8 +37,9 @@ def test_naive_softmax_overflows_in_float32():
 
 def test_naive_softmax_is_right_for_small_inputs():
     x = torch.tensor([[1.0, 2.0, 3.0], [-1.0, 0.0, 5.0]], device=DEVICE)
-    torch.testing.assert_close(helpers.naive_softmax(x).cpu().double(), torch.softmax(x.cpu().double(), -1),
-                               **TOLERANCES[torch.float32])
+    torch.testing.assert_close(
+        helpers.naive_softmax(x).cpu().double(), torch.softmax(x.cpu().double(), -1), **TOLERANCES[torch.float32]
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
@@ -192,8 +194,13 @@ def test_naive_ops_code_is_the_code_of_naive_softmax_rowwise():
         assert rhs in src, f"{op.code!r} is not in naive_softmax_rowwise"
 
 
-H100_LIKE = {"regs_per_sm": 65536, "shared_per_sm": 233472, "max_threads_per_sm": 2048,
-             "max_blocks_per_sm": 32, "warp_size": 32}
+H100_LIKE = {
+    "regs_per_sm": 65536,
+    "shared_per_sm": 233472,
+    "max_threads_per_sm": 2048,
+    "max_blocks_per_sm": 32,
+    "warp_size": 32,
+}
 
 
 def test_occupancy_registers_bind():
@@ -254,8 +261,15 @@ def test_gpu_data_round_trip(tmp_path, monkeypatch):
 
 
 def test_gpu_data_provenance_line():
-    meta = {"gpu": "NVIDIA H100 80GB HBM3", "driver": "550.54", "torch": "2.5.1", "triton": "3.1.0",
-            "date": "2025-01-01 12:00 UTC", "commit": "abc1234", "command": "make bench"}
+    meta = {
+        "gpu": "NVIDIA H100 80GB HBM3",
+        "driver": "550.54",
+        "torch": "2.5.1",
+        "triton": "3.1.0",
+        "date": "2025-01-01 12:00 UTC",
+        "commit": "abc1234",
+        "command": "make bench",
+    }
     line = gpu_data.provenance_line(meta)
     for v in meta.values():
         assert v in line
@@ -333,6 +347,8 @@ def test_importing_triton_before_helpers_without_a_gpu_gives_a_clear_error():
     if helpers.ON_GPU:
         pytest.skip("only the CPU interpreter path needs helpers imported first")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    r = subprocess.run([sys.executable, "-c", "import triton; import helpers"], capture_output=True, text=True, env=env, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-c", "import triton; import helpers"], capture_output=True, text=True, env=env, timeout=120
+    )
     assert r.returncode != 0
     assert "import helpers" in r.stderr and "before" in r.stderr

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import functools
 
-import helpers  # noqa: F401  (first: interpreter or GPU)
 import pytest
 import torch
+
+import helpers  # noqa: F401  (first: interpreter or GPU)
 from helpers import lesson09
 from helpers.kernels import sampling
 from helpers.kernels.sampling import sample, softmax_topk
@@ -129,15 +130,15 @@ def test_lanes_all_of_the_top_k_in_one_lane(small_lanes):
     x[1, lane7] = 100.0
     _, indices = _check(x, 20, fn=sampling.topk_by_lanes)
     assert set(indices[0, :16].tolist()) == set(lane5)
-    assert set(indices[1, :len(lane7)].tolist()) == set(lane7)
+    assert set(indices[1, : len(lane7)].tolist()) == set(lane7)
 
 
 def test_lanes_top_k_inside_one_chunk_of_a_clean_lane(small_lanes):
     """Four of the top four in one chunk: its lane is clean (nothing large outside that chunk), so they are
     found only because the merge reads the kept lanes' whole chunks, not their maxima alone."""
     x = _rand(2, 2000, seed=29)
-    x[0, 20:24] = torch.tensor([40.0, 41.0, 42.0, 43.0], device=DEVICE)       # lane 5's first chunk
-    x[1, 1024 + 36:1024 + 40] = torch.tensor([30.0, 30.0, 29.0, 31.0], device=DEVICE)  # one chunk, a tie
+    x[0, 20:24] = torch.tensor([40.0, 41.0, 42.0, 43.0], device=DEVICE)  # lane 5's first chunk
+    x[1, 1024 + 36 : 1024 + 40] = torch.tensor([30.0, 30.0, 29.0, 31.0], device=DEVICE)  # one chunk, a tie
     _, indices = _check(x, 4, fn=sampling.topk_by_lanes)
     assert set(indices[0].tolist()) == set(range(20, 24)) and set(indices[1].tolist()) == set(range(1060, 1064))
     xb = x.to(torch.bfloat16)  # chunks of 8 in bfloat16
@@ -148,10 +149,10 @@ def test_lanes_top_k_inside_one_chunk_of_a_clean_lane(small_lanes):
 def test_lanes_every_value_tied_and_minus_inf_rows(small_lanes):
     x = torch.ones(4, 2000, device=DEVICE)  # row 0: all tied (every lane unclean: the whole row is streamed)
     x[1] = _rand(2000, seed=21)
-    x[1, ::2] = INF                         # row 1: half -inf
-    x[2] = INF                              # row 2: only -inf (NaN, as torch.softmax)
+    x[1, ::2] = INF  # row 1: half -inf
+    x[2] = INF  # row 2: only -inf (NaN, as torch.softmax)
     x[3] = INF
-    x[3, 100:105] = 1.0                     # row 3: fewer finite logits than k
+    x[3, 100:105] = 1.0  # row 3: fewer finite logits than k
     values, indices = _check(x, 10, fn=sampling.topk_by_lanes)
     assert torch.isnan(values[2]).all() and torch.allclose(values[0], torch.full_like(values[0], 1 / 2000))
     assert set(indices[3, :5].tolist()) == set(range(100, 105)) and (values[3, 5:] == 0).all()
@@ -194,10 +195,12 @@ def test_lanes_more_unclean_lanes_than_one_gather_takes(small_lanes):
     lanes 32 at a time (a tile of 2048 logits). 40 lanes hold two large logits each, in different chunks:
     all 40 are unclean, read in two gathers, the second of 8 live lanes."""
     plan = sampling.lane_plan(2, 8000, 4)
-    assert plan["slices"] == 2 and plan["slice_len"] // 64 == 64  # uw = 64 logits a lane: 2048 // 64 = 32 lanes a gather
+    assert (
+        plan["slices"] == 2 and plan["slice_len"] // 64 == 64
+    )  # uw = 64 logits a lane: 2048 // 64 = 32 lanes a gather
     x = _rand(2, 8000, seed=30)
     for lane in range(40):
-        x[0, lane * 4] = 100.0 + 2 * lane           # the lane's maximum, in its chunk of step 0
+        x[0, lane * 4] = 100.0 + 2 * lane  # the lane's maximum, in its chunk of step 0
         x[0, 256 + lane * 4 + 1] = 99.0 + 2 * lane  # its second, in its chunk of step 1
     _, indices = _check(x, 33, fn=sampling.topk_by_lanes)
     assert set(indices[0].tolist()) <= {lane * 4 for lane in range(40)} | {256 + lane * 4 + 1 for lane in range(40)}
@@ -284,9 +287,14 @@ def test_the_kernel_draw_equals_the_sorted_draw_for_the_same_uniform():
     """sample's inverse CDF over the candidates picks what a full sort (sample_torch) picks for the same u."""
     x = _rand(6, 300, seed=13)
     for top_k, top_p in ((5, 0.9), (40, None), (None, 0.7)):
-        got = sample(x, temperature=0.8, top_k=top_k, top_p=top_p, generator=torch.Generator(device=DEVICE).manual_seed(3))
+        got = sample(
+            x, temperature=0.8, top_k=top_k, top_p=top_p, generator=torch.Generator(device=DEVICE).manual_seed(3)
+        )
         u = torch.rand((6,), generator=torch.Generator(device=DEVICE).manual_seed(3), device=DEVICE)
-        assert torch.equal(got, sampling.sample_torch(x, 0.8, top_k, 1.0 if top_p is None else top_p, u)), (top_k, top_p)
+        assert torch.equal(got, sampling.sample_torch(x, 0.8, top_k, 1.0 if top_p is None else top_p, u)), (
+            top_k,
+            top_p,
+        )
 
 
 def test_sample_through_the_lanes_equals_the_sorted_draw(monkeypatch, small_lanes):
@@ -375,7 +383,9 @@ def test_sample_at_extreme_temperatures(monkeypatch, small_lanes, n_cols):
     x[:, ::3] = INF
     for temperature, big in ((1e-3, 1), (1e-20, 1), (1e-30, 1e8), (1e-36, 1), (1e-44, 1)):
         for kw in ({}, {"top_k": 5}, {"top_p": 0.5}, {"top_k": 50, "top_p": 0.9}):  # big: x / 1e-30 is 1e40
-            ids = sample(x * big, temperature=temperature, generator=torch.Generator(device=DEVICE).manual_seed(2), **kw)
+            ids = sample(
+                x * big, temperature=temperature, generator=torch.Generator(device=DEVICE).manual_seed(2), **kw
+            )
             assert torch.equal(ids, x.argmax(-1)), (temperature, kw)
     rows = x[:1].expand(400, n_cols)
     for temperature in (1e25, 1e40):
@@ -391,7 +401,7 @@ def _rows_without_a_softmax(n_cols):
     x[1, n_cols // 3] = float("nan")
     x[2, n_cols // 2] = float("inf")
     x[3] = INF
-    x[4, n_cols // 2:] = INF
+    x[4, n_cols // 2 :] = INF
     x[4, n_cols - 5] = float("nan")
     return x, good
 
@@ -407,8 +417,16 @@ def test_sample_gives_minus_one_for_a_row_without_a_softmax(monkeypatch, small_l
     n_cols = 2000
     x, good = _rows_without_a_softmax(n_cols)
     before = x.clone()
-    settings = [dict(temperature=0), dict(), dict(top_k=40), dict(top_p=0.8), dict(top_k=50, top_p=0.9),
-                dict(top_k=sampling.MAX_K + 1), dict(temperature=1e-40, top_k=5), dict(temperature=1e40)]
+    settings = [
+        dict(temperature=0),
+        dict(),
+        dict(top_k=40),
+        dict(top_p=0.8),
+        dict(top_k=50, top_p=0.9),
+        dict(top_k=sampling.MAX_K + 1),
+        dict(temperature=1e-40, top_k=5),
+        dict(temperature=1e40),
+    ]
     for kw in settings:
         gen = lambda: torch.Generator(device=DEVICE).manual_seed(12)  # noqa: E731
         got = sample(x, generator=gen(), **kw)
@@ -432,8 +450,22 @@ def test_a_slice_of_only_minus_inf_and_nan_still_marks_its_row():
     assert S >= 2 and plan["slice_len"] <= 2048  # the last slice: -inf and the NaN only
     md = torch.zeros(S, 2, device=DEVICE)
     keys = torch.zeros(S, 8, dtype=torch.int64, device=DEVICE)
-    sampling.topk_slice_kernel[(1, S)](md, keys, x[0], md, 4096, 1, 4096, plan["slice_len"], S, 1.0,
-                                       K=8, BLOCK=plan["block"], GUMBEL=False, SORT=sampling.SORT)
+    sampling.topk_slice_kernel[(1, S)](
+        md,
+        keys,
+        x[0],
+        md,
+        4096,
+        1,
+        4096,
+        plan["slice_len"],
+        S,
+        1.0,
+        K=8,
+        BLOCK=plan["block"],
+        GUMBEL=False,
+        SORT=sampling.SORT,
+    )
     assert md[-1].isnan().any() and not md[0].isnan().any()
     for kw in (dict(temperature=0), dict(), dict(top_k=5)):
         ids = sample(x, generator=torch.Generator(device=DEVICE).manual_seed(1), **kw)
@@ -465,8 +497,14 @@ def test_compiled_merge_many_and_few_winners(monkeypatch):
     def plan(n_rows, n_cols, K, target_programs=None):
         slice_len = 256
         slices = -(-n_cols // slice_len)
-        return {"block": 64, "slices": slices, "slice_len": slice_len, "slices_p2": 1 << (slices - 1).bit_length(),
-                "warps": 4}
+        return {
+            "block": 64,
+            "slices": slices,
+            "slice_len": slice_len,
+            "slices_p2": 1 << (slices - 1).bit_length(),
+            "warps": 4,
+        }
+
     monkeypatch.setattr(sampling, "topk_plan", plan)
     monkeypatch.setattr(sampling, "use_lanes", lambda *args: False)
     x = _rand(2, 500, seed=15)
@@ -482,8 +520,13 @@ def test_numpy_integers_and_reals_are_accepted():
     x = _rand(2, 30, seed=16)
     v, i = softmax_topk(x, np.int64(3))
     assert v.shape == (2, 3)
-    ids = sample(x, temperature=np.float32(0.5), top_k=np.int32(4), top_p=np.float64(0.9),
-                 generator=torch.Generator(device=DEVICE).manual_seed(0))
+    ids = sample(
+        x,
+        temperature=np.float32(0.5),
+        top_k=np.int32(4),
+        top_p=np.float64(0.9),
+        generator=torch.Generator(device=DEVICE).manual_seed(0),
+    )
     assert (x.topk(4).indices == ids[:, None]).any(-1).all()
 
 
@@ -497,6 +540,7 @@ class _LaunchSpy:
         def launch(*args, **kwargs):
             self.seen.append(kwargs["K"])
             return self.kernel[grid](*args, **kwargs)
+
         return launch
 
 
@@ -571,8 +615,14 @@ def test_the_gpu_path_compiles_for_an_h100():
     import sys
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, "-c", COMPILE_FOR_SM90], env=env, capture_output=True, text=True,
-                          timeout=300, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    done = subprocess.run(
+        [sys.executable, "-c", COMPILE_FOR_SM90],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
     assert done.returncode == 0 and done.stdout.count("compiled") == 6, done.stderr[-3000:]
 
 
@@ -642,6 +692,7 @@ def test_lanes_of_one_chunk_a_row(monkeypatch, M, N):
 
 # ---- One answer on every path: every top_k the API takes, the nucleus's boundary, ties ----------------------------
 
+
 def _seeded(seed):
     return torch.Generator(device=DEVICE).manual_seed(seed)
 
@@ -691,16 +742,19 @@ def test_ties_keep_the_lower_columns_on_every_path(monkeypatch, small_lanes, lan
     if lanes:
         monkeypatch.setattr(sampling, "LANE_MIN_ELEMENTS", 0)
     x = torch.ones(16, 1200, device=DEVICE)
-    for k in ((5, 64) if lanes else (5, 300, 1100)):
+    for k in (5, 64) if lanes else (5, 300, 1100):
         values, indices = softmax_topk(x, k)
         assert torch.equal(indices, torch.arange(k, device=DEVICE).expand(16, k)), k
-        assert torch.equal(sample(x, top_k=k, generator=_seeded(k)) < k, torch.ones(16, dtype=torch.bool, device=DEVICE))
+        assert torch.equal(
+            sample(x, top_k=k, generator=_seeded(k)) < k, torch.ones(16, dtype=torch.bool, device=DEVICE)
+        )
     if not lanes:  # 1000 tied tokens and top_p = 0.5: a nucleus of 500 past the 256 candidates, sorted per row
         ids = sample(torch.zeros(64, 1000, device=DEVICE), top_p=0.5, generator=_seeded(1))
         assert (ids <= 500).all() and (ids > 256).any()  # 500: the float64 sum before it may round below 0.5
 
 
 # ---- The H200 draw "outside the top 10" (FlashInfer's test_top_k_sampling), rebuilt on the CPU ----------------------
+
 
 def _philox4x32_10(c0, c1, c2, c3, k0, k1):
     """Philox4x32-10 (Salmon et al. 2011, as cuRAND implements it), vectorized over numpy uint64 arrays."""
@@ -710,7 +764,12 @@ def _philox4x32_10(c0, c1, c2, c3, k0, k1):
     k0, k1, mask = np.uint64(k0), np.uint64(k1), np.uint64(0xFFFFFFFF)
     for _ in range(10):
         p0, p1 = np.uint64(0xD2511F53) * c0, np.uint64(0xCD9E8D57) * c2
-        c0, c1, c2, c3 = ((p1 >> np.uint64(32)) ^ c1 ^ k0) & mask, p1 & mask, ((p0 >> np.uint64(32)) ^ c3 ^ k1) & mask, p0 & mask
+        c0, c1, c2, c3 = (
+            ((p1 >> np.uint64(32)) ^ c1 ^ k0) & mask,
+            p1 & mask,
+            ((p0 >> np.uint64(32)) ^ c3 ^ k1) & mask,
+            p0 & mask,
+        )
         k0, k1 = (k0 + np.uint64(0x9E3779B9)) & mask, (k1 + np.uint64(0xBB67AE85)) & mask
     return c0, c1, c2, c3
 
@@ -730,8 +789,12 @@ def _cuda_rand(numel, seed, sms=132):
 
 def test_philox_gives_random123s_known_answers():
     assert [int(w) for w in _philox4x32_10(0, 0, 0, 0, 0, 0)] == [0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8]
-    assert [int(w) for w in _philox4x32_10(0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344, 0xA4093822, 0x299F31D0)] == \
-        [0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1]
+    assert [int(w) for w in _philox4x32_10(0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344, 0xA4093822, 0x299F31D0)] == [
+        0xD16CFE09,
+        0x94FDCCEB,
+        0x5001E420,
+        0x24126EA1,
+    ]
 
 
 def test_the_h200_draw_outside_the_top_10_was_a_tie_of_float32_logits():

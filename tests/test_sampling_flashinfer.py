@@ -17,8 +17,9 @@ pytestmark = pytest.mark.needs_triton  # the script imports the course's kernels
 
 @pytest.mark.skipif(helpers.ON_GPU, reason="on a GPU the script measures for real")
 def test_without_a_gpu_it_says_so():
-    r = subprocess.run([sys.executable, "tools/sampling_flashinfer.py"], cwd=ROOT, capture_output=True, text=True,
-                       timeout=120)
+    r = subprocess.run(
+        [sys.executable, "tools/sampling_flashinfer.py"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 2 and "has none" in r.stderr
 
 
@@ -26,6 +27,7 @@ def test_without_a_gpu_it_says_so():
 def test_the_checks_distribution_is_the_top_k_then_top_p_distribution(seed):
     sys.path.insert(0, str(ROOT / "tools"))
     import sampling_flashinfer as sf
+
     from helpers import lesson09
 
     row = torch.randn(300, generator=torch.Generator().manual_seed(seed)) * (1 + 2 * seed)
@@ -33,8 +35,8 @@ def test_the_checks_distribution_is_the_top_k_then_top_p_distribution(seed):
     p = torch.softmax(row.double() / sf.T, -1)
     kept = q > 0
     assert abs(q.sum().item() - 1) < 1e-12 and 1 <= kept.sum() <= sf.K
-    assert kept[p.argmax()]                                          # the most probable token always stays
-    top = p.topk(sf.K).values / p.topk(sf.K).values.sum()            # the top K, renormalized
+    assert kept[p.argmax()]  # the most probable token always stays
+    top = p.topk(sf.K).values / p.topk(sf.K).values.sum()  # the top K, renormalized
     n = int(kept.sum())
     assert top[:n].sum() >= sf.P and (n == 1 or top[: n - 1].sum() < sf.P)  # the smallest nucleus of mass P
     assert torch.allclose(q[kept].sort(descending=True).values, top[:n] / top[:n].sum())

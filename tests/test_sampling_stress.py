@@ -5,19 +5,24 @@ from __future__ import annotations
 
 import os
 
-import helpers  # noqa: F401  (first: interpreter or GPU)
 import pytest
+import sampling_stress as stress
 import torch
+
+import helpers  # noqa: F401  (first: interpreter or GPU)
 from helpers.kernels import sampling
 from helpers.mode import DEVICE, ON_GPU
 
-import sampling_stress as stress
-
 
 def _x():
-    x = torch.tensor([[0.5, 2.0, 2.0, -1.0, float("-inf"), 1.0],
-                      [0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-                      [1.0, float("nan"), 0.0, 0.0, 0.0, 0.0]], device=DEVICE)
+    x = torch.tensor(
+        [
+            [0.5, 2.0, 2.0, -1.0, float("-inf"), 1.0],
+            [0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+            [1.0, float("nan"), 0.0, 0.0, 0.0, 0.0],
+        ],
+        device=DEVICE,
+    )
     return x
 
 
@@ -28,14 +33,17 @@ def test_sample_checks_accept_the_right_draws():
     stress.check_sample(x, torch.tensor([1, 0, -1], device=DEVICE), 0, None, None)  # greedy: the lower of the tied
 
 
-@pytest.mark.parametrize("ids, temperature, top_k, top_p, why", [
-    ([5, 0, -1], 1.0, 2, None, "outside the top k"),
-    ([1, 2, -1], 1.0, 2, None, "ties: row 1's top 2 are columns 0 and 1"),
-    ([4, 0, -1], 1.0, None, None, "a column of probability 0 (-inf)"),
-    ([1, 0, 0], 1.0, None, None, "a row with a NaN draws -1"),
-    ([2, 0, -1], 0, None, None, "greedy takes the lower of two tied maxima"),
-    ([5, 0, -1], 1.0, None, 0.5, "outside the nucleus (columns 1 and 2 hold 0.76)"),
-])
+@pytest.mark.parametrize(
+    "ids, temperature, top_k, top_p, why",
+    [
+        ([5, 0, -1], 1.0, 2, None, "outside the top k"),
+        ([1, 2, -1], 1.0, 2, None, "ties: row 1's top 2 are columns 0 and 1"),
+        ([4, 0, -1], 1.0, None, None, "a column of probability 0 (-inf)"),
+        ([1, 0, 0], 1.0, None, None, "a row with a NaN draws -1"),
+        ([2, 0, -1], 0, None, None, "greedy takes the lower of two tied maxima"),
+        ([5, 0, -1], 1.0, None, 0.5, "outside the nucleus (columns 1 and 2 hold 0.76)"),
+    ],
+)
 def test_sample_checks_reject_wrong_draws(ids, temperature, top_k, top_p, why):
     with pytest.raises(stress.WrongResult):
         stress.check_sample(_x(), torch.tensor(ids, device=DEVICE), temperature, top_k, top_p)

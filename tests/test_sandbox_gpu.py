@@ -11,11 +11,12 @@ from __future__ import annotations
 import contextlib
 import io
 
-import helpers  # noqa: F401  (first: interpreter or GPU)
 import pytest
 import torch
 import triton
 import triton.language as tl
+
+import helpers  # noqa: F401  (first: interpreter or GPU)
 from helpers import exercises, lesson03
 from helpers.mode import ON_GPU
 
@@ -36,8 +37,7 @@ def right_kernel(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale, 
 
 
 @triton.jit
-def wrong_row_stride_kernel(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale,
-                            BLOCK_SIZE: tl.constexpr):
+def wrong_row_stride_kernel(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale, BLOCK_SIZE: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_SIZE)
     mask = cols < n_cols
@@ -90,15 +90,25 @@ def through_runner(kernel, timeout=None) -> str:
     x = exercises.guarded((M, N), fill=1.0, row_stride=40)
     out = exercises.guarded((M, N), fill=0.0, row_stride=48)
     try:
-        exercises.run_learner_kernel(kernel, (M,), out, x, x.stride(0), out.stride(0), N, 0.5,
-                                     BLOCK_SIZE=triton.next_power_of_2(N), outputs=(out,), timeout=timeout)
+        exercises.run_learner_kernel(
+            kernel,
+            (M,),
+            out,
+            x,
+            x.stride(0),
+            out.stride(0),
+            N,
+            0.5,
+            BLOCK_SIZE=triton.next_power_of_2(N),
+            outputs=(out,),
+            timeout=timeout,
+        )
     except exercises.Wrong as e:
         return f"wrong: {e}"
     except Exception as e:  # noqa: BLE001
         return f"raised {type(e).__name__}: {str(e).splitlines()[0][:160]}"
     ok = torch.allclose(out.cpu(), torch.full((M, N), 1.0 / N), atol=1e-6)
     return "ran: output " + ("right" if ok else "wrong")
-
 
 
 def caught(verdict: str) -> bool:

@@ -20,10 +20,22 @@ def _launch(x, slice_cols, rows_per_round, max_spin):
     out = torch.full_like(x, float("nan"))
     ws = torch.zeros(2 * M * n_slices + 1, dtype=torch.int32, device=DEVICE)  # a 64-bit word per slice, give-ups
     softmax_split_coop_kernel[(rows_per_round * n_slices,)](
-        out, x, ws, x.stride(0), x.stride(1), out.stride(0), M, N, n_slices, rows_per_round,
-        SLICE=slice_cols, SLICES_P2=triton.next_power_of_2(n_slices), MAX_SPIN=max_spin,
-        **({"launch_cooperative_grid": True} if helpers.ON_GPU else {}))
-    words = ws[:2 * M * n_slices].view(torch.int64).view(M, n_slices)
+        out,
+        x,
+        ws,
+        x.stride(0),
+        x.stride(1),
+        out.stride(0),
+        M,
+        N,
+        n_slices,
+        rows_per_round,
+        SLICE=slice_cols,
+        SLICES_P2=triton.next_power_of_2(n_slices),
+        MAX_SPIN=max_spin,
+        **({"launch_cooperative_grid": True} if helpers.ON_GPU else {}),
+    )
+    words = ws[: 2 * M * n_slices].view(torch.int64).view(M, n_slices)
     return out, words, int(ws[-1])
 
 
@@ -31,9 +43,9 @@ def _launch(x, slice_cols, rows_per_round, max_spin):
 def test_a_timed_out_wait_still_gives_the_right_answer(dtype):
     g = torch.Generator().manual_seed(0)
     x = (torch.randn(5, 300, generator=g) * 5).to(dtype)
-    x[1] = float("-inf")          # a row of -inf: NaN, as torch.softmax
-    x[2, :100] = float("-inf")    # a row whose first slices are all -inf
-    x[3, 7] = 1e4                 # a huge spread
+    x[1] = float("-inf")  # a row of -inf: NaN, as torch.softmax
+    x[2, :100] = float("-inf")  # a row whose first slices are all -inf
+    x[3, 7] = 1e4  # a huge spread
     x = x.to(DEVICE)
     # On a GPU which programs give up changes from launch to launch: with each warp deciding for itself when
     # to stop waiting, 14 to 20 of 20 such launches (1, 2 or 5 rows a round) were wrong on an H200.
@@ -108,8 +120,10 @@ def _module_imports(path: Path) -> set[str]:
 
 
 def _graph() -> dict[str, set[str]]:
-    mods = {("helpers." + ".".join(p.relative_to(HELPERS).with_suffix("").parts)).removesuffix(".__init__"): p
-            for p in HELPERS.rglob("*.py")}
+    mods = {
+        ("helpers." + ".".join(p.relative_to(HELPERS).with_suffix("").parts)).removesuffix(".__init__"): p
+        for p in HELPERS.rglob("*.py")
+    }
     return {m: {i for i in _module_imports(p) if i in mods and i != m} for m, p in mods.items()}
 
 
@@ -142,8 +156,18 @@ def _fake_timer(monkeypatch, cost):
 
 
 def test_autotune_coop_times_the_wrapper_it_is_given_and_never_picks_a_failure(monkeypatch):
-    cost = {(2048, 2): 2.5, (2048, 4): 2.2, (4096, 2): 1.8, (4096, 4): 2.0, (4096, 8): 1.5, (8192, 4): 1.6,
-            (8192, 8): 0.5, (8192, 16): 1.25, (16384, 16): 3.0, (16384, 32): 4.0}
+    cost = {
+        (2048, 2): 2.5,
+        (2048, 4): 2.2,
+        (4096, 2): 1.8,
+        (4096, 4): 2.0,
+        (4096, 8): 1.5,
+        (8192, 4): 1.6,
+        (8192, 8): 0.5,
+        (8192, 16): 1.25,
+        (16384, 16): 3.0,
+        (16384, 32): 4.0,
+    }
     assert set(cost) == set(tuning.coop_candidates())
     last = _fake_timer(monkeypatch, cost)
 
@@ -215,6 +239,9 @@ def test_the_recorded_h100_table_gives_the_lessons_configuration():
 
     rows, _ = read_csv(tuning.recorded_path("NVIDIA H100 80GB HBM3"))
     coop = tuning.best_of(rows)[1]
-    assert coop[tuning.nearest_coop(coop, "float32", 1024, 65536)][:2] == (8192, 4)  # lesson 06's "8192 × 4 on the H100"
+    assert coop[tuning.nearest_coop(coop, "float32", 1024, 65536)][:2] == (
+        8192,
+        4,
+    )  # lesson 06's "8192 × 4 on the H100"
     assert coop[tuning.nearest_coop(coop, "float32", 8, 1 << 20)][:2] == (8192, 4)
     assert tuning.nearest_coop(coop, "float64", 8, 1 << 20) is None

@@ -4,11 +4,12 @@ and int64 offsets; loops; atomics), and leave the results unchanged. Then the pr
 
 from __future__ import annotations
 
-import helpers  # noqa: F401  (first: interpreter or GPU)
 import pytest
 import torch
 import triton
 import triton.language as tl
+
+import helpers  # noqa: F401  (first: interpreter or GPU)
 from helpers import traffic
 from helpers.mode import ON_GPU
 
@@ -93,8 +94,11 @@ def test_the_course_kernels_move_what_lesson_01_counts():
     """The library's wrappers, counted by the bytes of their input (their output is made inside: "(other)"), against
     helpers.traffic.kernel_traffic's analytic passes."""
     x = torch.randn(4, 3000, generator=torch.Generator().manual_seed(0))
-    for name, fn in (("fused", helpers.softmax_fused), ("online", helpers.softmax_online),
-                     ("three_pass", helpers.softmax_three_pass)):
+    for name, fn in (
+        ("fused", helpers.softmax_fused),
+        ("online", helpers.softmax_online),
+        ("three_pass", helpers.softmax_three_pass),
+    ):
         with traffic.counting(x=x) as t:
             y = fn(x)
         want = traffic.kernel_traffic(name, 4, 3000)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from helpers import _versions
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,10 +28,17 @@ def test_supported_versions_have_no_problems():
 @pytest.mark.parametrize(
     "versions",
     [
-        {"torch": "2.5.0"}, {"torch": "2.14.99"}, {"torch": "2.6.0a0+git1234abc"}, {"torch": "2.11.0+cu130"},
-        {"triton": "3.6.0"}, {"triton": "3.9.5"}, {"triton": "3.8.0rc1"},
-        {"numpy": "1.26.4"}, {"numpy": "2.99.0"},
-        {"triton": "3.6.0", "numpy": "2.3.5"}, {"triton": "3.7.0", "numpy": "2.4.0"},
+        {"torch": "2.5.0"},
+        {"torch": "2.14.99"},
+        {"torch": "2.6.0a0+git1234abc"},
+        {"torch": "2.11.0+cu130"},
+        {"triton": "3.6.0"},
+        {"triton": "3.9.5"},
+        {"triton": "3.8.0rc1"},
+        {"numpy": "1.26.4"},
+        {"numpy": "2.99.0"},
+        {"triton": "3.6.0", "numpy": "2.3.5"},
+        {"triton": "3.7.0", "numpy": "2.4.0"},
     ],
     ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()),
 )
@@ -157,8 +165,13 @@ def test_import_helpers_fails_with_the_message_in_a_fresh_process():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert "RAISED UnsupportedVersionError" in out.stdout, out.stdout + out.stderr
     assert "torch 1.0.0 is outside the supported range" in out.stdout
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                         env={**env, "SOFTMAX_COURSE_SKIP_VERSION_CHECK": "1"})
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**env, "SOFTMAX_COURSE_SKIP_VERSION_CHECK": "1"},
+    )
     assert "IMPORTED" in out.stdout, out.stdout + out.stderr
 
 
@@ -183,19 +196,28 @@ def test_requirements_install_triton_only_where_it_has_wheels():
     req = Requirement(line)
     lo, hi = (_versions._fmt(v) for v in _versions.SUPPORTED["triton"])
     assert set(str(req.specifier).split(",")) == {f">={lo}", f"<{hi}"}  # the range helpers checks
-    for system, machine, wanted in [("linux", "x86_64", True), ("linux", "aarch64", True), ("darwin", "arm64", False),
-                                    ("darwin", "x86_64", False), ("win32", "AMD64", False), ("linux", "ppc64le", False)]:
+    for system, machine, wanted in [
+        ("linux", "x86_64", True),
+        ("linux", "aarch64", True),
+        ("darwin", "arm64", False),
+        ("darwin", "x86_64", False),
+        ("win32", "AMD64", False),
+        ("linux", "ppc64le", False),
+    ]:
         env = {"sys_platform": system, "platform_machine": machine}
         assert req.marker.evaluate(env) is wanted, (system, machine)
     # the same platforms as helpers.mode names when it explains a missing Triton
     from helpers import mode
 
     for system, machine in [("Linux", "x86_64"), ("Linux", "aarch64"), ("Darwin", "arm64"), ("Windows", "AMD64")]:
-        env = {"sys_platform": {"Linux": "linux", "Darwin": "darwin", "Windows": "win32"}[system], "platform_machine": machine}
+        env = {
+            "sys_platform": {"Linux": "linux", "Darwin": "darwin", "Windows": "win32"}[system],
+            "platform_machine": machine,
+        }
         assert req.marker.evaluate(env) == (mode.platform_lacks_triton(system, machine) is None)
 
 
-_FMA = r'''
+_FMA = r"""
 import os, subprocess, sys, warnings
 import helpers  # on the CPU it also sets TRITON_INTERPRET=1, so this process compiles nothing
 import triton
@@ -208,9 +230,9 @@ if hasattr(knob, "fp_fusion_enabled"):  # Triton 3.9: what a compile asks, and w
 env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
 r = subprocess.run([sys.executable, "-W", "error", sys.argv[1]], capture_output=True, text=True, env=env)
 print(r.stdout.strip() or r.stderr.strip().splitlines()[-1], os.environ["TRITON_DEFAULT_FP_FUSION"])
-'''
+"""
 
-_MUL_ADD = r'''
+_MUL_ADD = r"""
 import triton, triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
@@ -225,7 +247,7 @@ def mul_add(x_ptr, y_ptr, z_ptr, out_ptr):
 k = triton.compile(ASTSource(fn=mul_add, signature={n: "*fp32" for n in ("x_ptr", "y_ptr", "z_ptr", "out_ptr")},
                              constexprs={}), target=GPUTarget("cuda", 90, 32))
 print("fma" if "fma.rn.f32" in k.asm["ptx"] else "no-fma")
-'''
+"""
 
 
 @pytest.mark.needs_triton
@@ -243,8 +265,13 @@ def test_kernels_compile_with_fp_fusion_on_unless_the_user_says_otherwise(preset
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
     (tmp_path / "fma.py").write_text(_FMA)
     (tmp_path / "mul_add.py").write_text(_MUL_ADD)  # Triton reads a kernel's source from its file
-    out = subprocess.run([sys.executable, str(tmp_path / "fma.py"), str(tmp_path / "mul_add.py")], capture_output=True,
-                         text=True, env=env, timeout=300)
+    out = subprocess.run(
+        [sys.executable, str(tmp_path / "fma.py"), str(tmp_path / "mul_add.py")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     if "GPUTarget" in out.stdout + out.stderr:
         pytest.skip("this Triton cannot compile for a CUDA target here")
     assert out.returncode == 0, out.stderr[-3000:]

@@ -38,19 +38,45 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # helpers, from this checkout
 sys.path.insert(0, str(ROOT / "tools" / "vendored"))  # attention_tutorial: the Triton tutorial's forward, a peer
 
-import helpers  # noqa: E402,F401  (first: interpreter or GPU)
 import torch  # noqa: E402
 import torch.nn.functional as F
 
+import helpers  # noqa: E402,F401  (first: interpreter or GPU)
 from helpers.gpu_data import provenance, write_csv
-from helpers.measure import eager_ms, exit_without_gpu, gpu_ms, median, peak_mib, spread
 from helpers.kernels.attention import AttentionConfig, TmaConfig, _launcher, attention, attention_plan, naive_attention
+from helpers.measure import eager_ms, exit_without_gpu, gpu_ms, median, peak_mib, spread
 from helpers.mode import ON_GPU
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
-PROVIDERS = ("course", "course_pointer", "course_g1", "tutorial", "sdpa", "sdpa_cudnn", "sdpa_flash", "sdpa_efficient", "naive")
-COLUMNS = ("dtype", "B", "H", "S", "D", "causal", "provider", "ms", "tflops", "graph_ms", "graph_tflops",
-           "spread", "graph_spread", "peak_mib", "max_err", "status")
+PROVIDERS = (
+    "course",
+    "course_pointer",
+    "course_g1",
+    "tutorial",
+    "sdpa",
+    "sdpa_cudnn",
+    "sdpa_flash",
+    "sdpa_efficient",
+    "naive",
+)
+COLUMNS = (
+    "dtype",
+    "B",
+    "H",
+    "S",
+    "D",
+    "causal",
+    "provider",
+    "ms",
+    "tflops",
+    "graph_ms",
+    "graph_tflops",
+    "spread",
+    "graph_spread",
+    "peak_mib",
+    "max_err",
+    "status",
+)
 #: Timing rounds per case (the median is kept, the spread recorded), and milliseconds per timing.
 ROUNDS = 5
 REP = 10
@@ -106,12 +132,16 @@ def provider_fn(name: str, q, k, v, causal: bool):
     if name in ("sdpa_cudnn", "sdpa_flash", "sdpa_efficient"):
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
-        backend = {"sdpa_cudnn": SDPBackend.CUDNN_ATTENTION, "sdpa_flash": SDPBackend.FLASH_ATTENTION,
-                   "sdpa_efficient": SDPBackend.EFFICIENT_ATTENTION}[name]
+        backend = {
+            "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION,
+            "sdpa_flash": SDPBackend.FLASH_ATTENTION,
+            "sdpa_efficient": SDPBackend.EFFICIENT_ATTENTION,
+        }[name]
 
         def fn():
             with sdpa_kernel(backend):
                 return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
         return fn
     raise ValueError(f"unknown provider {name!r}; choose from {PROVIDERS}")
 
@@ -136,8 +166,11 @@ def precompile_tutorial(shapes, workers: int = TUTORIAL_WORKERS) -> int:
 
     import attention_tutorial as T
 
-    jobs = [(B, H, S, D, DTYPES[dt], causal, i) for B, H, S, D, dt, causal in shapes
-            for i in range(len(T.configs_for(D, causal, S)))]
+    jobs = [
+        (B, H, S, D, DTYPES[dt], causal, i)
+        for B, H, S, D, dt, causal in shapes
+        for i in range(len(T.configs_for(D, causal, S)))
+    ]
     if not jobs:
         return 0
     with mp.get_context("spawn").Pool(workers) as pool:
@@ -185,6 +218,7 @@ def gpu_timer(rep: int = REP):
 
     def timer(fn):
         return eager_ms(fn, rep=rep), gpu_ms(fn, rep=rep)
+
     return timer
 
 
@@ -197,9 +231,24 @@ def _free_bytes(device) -> int:
 
 def _row(dtype_name, B, H, S, D, causal, provider, **kw) -> dict:
     nan = float("nan")
-    row = {"dtype": dtype_name, "B": B, "H": H, "S": S, "D": D, "causal": int(causal), "provider": provider,
-           "ms": nan, "tflops": nan, "graph_ms": nan, "graph_tflops": nan, "spread": nan, "graph_spread": nan,
-           "peak_mib": nan, "max_err": nan, "status": "ok"}
+    row = {
+        "dtype": dtype_name,
+        "B": B,
+        "H": H,
+        "S": S,
+        "D": D,
+        "causal": int(causal),
+        "provider": provider,
+        "ms": nan,
+        "tflops": nan,
+        "graph_ms": nan,
+        "graph_tflops": nan,
+        "spread": nan,
+        "graph_spread": nan,
+        "peak_mib": nan,
+        "max_err": nan,
+        "status": "ok",
+    }
     row.update(kw)
     return row
 
@@ -209,8 +258,21 @@ def _short(e: BaseException) -> str:
     return f"{type(e).__name__}: {msg}"[:120].replace(",", ";")
 
 
-def measure_shape(dtype_name: str, B: int, H: int, S: int, D: int, causal: bool, providers=PROVIDERS, *,
-                  timer=None, peak=None, device=None, seed: int = 0, rounds: int = ROUNDS) -> list[dict]:
+def measure_shape(
+    dtype_name: str,
+    B: int,
+    H: int,
+    S: int,
+    D: int,
+    causal: bool,
+    providers=PROVIDERS,
+    *,
+    timer=None,
+    peak=None,
+    device=None,
+    seed: int = 0,
+    rounds: int = ROUNDS,
+) -> list[dict]:
     """Check every provider on one shape, then time the ones that passed in ``rounds`` rounds
     interleaved over the providers (``timer(fn)`` -> (eager ms, graph ms), once per round); one row
     each (failures included) with the medians and the spreads."""
@@ -250,8 +312,10 @@ def measure_shape(dtype_name: str, B: int, H: int, S: int, D: int, causal: bool,
             import attention_tutorial
 
             c = attention_tutorial._attn_fwd.best_config
-            _log(f"  the tutorial's pick at {dtype_name} S={S} D={D} causal={int(causal)}: "
-                 f"({c.kwargs['BLOCK_M']}, {c.kwargs['BLOCK_N']}, {c.num_warps}, {c.num_stages})")
+            _log(
+                f"  the tutorial's pick at {dtype_name} S={S} D={D} causal={int(causal)}: "
+                f"({c.kwargs['BLOCK_M']}, {c.kwargs['BLOCK_N']}, {c.num_warps}, {c.num_stages})"
+            )
         tol = CHECK_ATOL.get(dtype, 1e-2)
         if not err <= tol:
             out_rows[p] = _row(**base, max_err=err, status=f"wrong: max abs error {err:.3g} > {tol:g}")
@@ -269,8 +333,9 @@ def measure_shape(dtype_name: str, B: int, H: int, S: int, D: int, causal: bool,
             try:
                 e_ms, g_ms = timer(fn)
             except (torch.cuda.OutOfMemoryError, RuntimeError) as e:
-                out_rows[p]["status"] = ("out of memory: " if isinstance(e, torch.cuda.OutOfMemoryError)
-                                         else "failed while timed: ") + _short(e)
+                out_rows[p]["status"] = (
+                    "out of memory: " if isinstance(e, torch.cuda.OutOfMemoryError) else "failed while timed: "
+                ) + _short(e)
                 del timed[p]
                 _free()
                 continue
@@ -278,10 +343,18 @@ def measure_shape(dtype_name: str, B: int, H: int, S: int, D: int, causal: bool,
             graph.append(g_ms)
     for p, (fn, eager, graph) in timed.items():
         ms, graph_ms = median(eager), median(graph)
-        out_rows[p].update(ms=ms, tflops=f / (ms * 1e-3) / 1e12, graph_ms=graph_ms,
-                           graph_tflops=f / (graph_ms * 1e-3) / 1e12, spread=spread(eager), graph_spread=spread(graph))
-        _log(f"  {dtype_name} S={S} D={D} causal={int(causal)} {p:<15} {graph_ms:8.3f} ms "
-             f"(spread {spread(graph):.0%})  {out_rows[p]['graph_tflops']:6.1f} TFLOP/s  err {out_rows[p]['max_err']:.1e}")
+        out_rows[p].update(
+            ms=ms,
+            tflops=f / (ms * 1e-3) / 1e12,
+            graph_ms=graph_ms,
+            graph_tflops=f / (graph_ms * 1e-3) / 1e12,
+            spread=spread(eager),
+            graph_spread=spread(graph),
+        )
+        _log(
+            f"  {dtype_name} S={S} D={D} causal={int(causal)} {p:<15} {graph_ms:8.3f} ms "
+            f"(spread {spread(graph):.0%})  {out_rows[p]['graph_tflops']:6.1f} TFLOP/s  err {out_rows[p]['max_err']:.1e}"
+        )
     del q, k, v
     _free()
     return [out_rows[p] for p in providers]
@@ -296,8 +369,15 @@ def _round(rows: list[dict]) -> list[dict]:
     out = []
     for r in rows:
         r = dict(r)
-        for key, nd in (("ms", 4), ("graph_ms", 4), ("tflops", 1), ("graph_tflops", 1), ("peak_mib", 1),
-                        ("spread", 4), ("graph_spread", 4)):
+        for key, nd in (
+            ("ms", 4),
+            ("graph_ms", 4),
+            ("tflops", 1),
+            ("graph_tflops", 1),
+            ("peak_mib", 1),
+            ("spread", 4),
+            ("graph_spread", 4),
+        ):
             if isinstance(r[key], float) and r[key] == r[key]:
                 r[key] = round(r[key], nd)
         if isinstance(r["max_err"], float) and r["max_err"] == r["max_err"]:
@@ -306,15 +386,30 @@ def _round(rows: list[dict]) -> list[dict]:
     return out
 
 
-def sweep(seqs=SEQS, dims=(64, 128), dtypes=("float16", "bfloat16"), causals=(False, True), providers=PROVIDERS,
-          B: int = 4, H: int = 16, out=None, **kw) -> list[dict]:
+def sweep(
+    seqs=SEQS,
+    dims=(64, 128),
+    dtypes=("float16", "bfloat16"),
+    causals=(False, True),
+    providers=PROVIDERS,
+    B: int = 4,
+    H: int = 16,
+    out=None,
+    **kw,
+) -> list[dict]:
     """Every (dtype, D, causal, S) of the sweep, every provider: the rows of the CSV. ``out``: (path,
     provenance) to write the rows so far after every shape (a run cut short keeps what it measured)."""
     rows = []
     t0 = time.time()
     if "tutorial" in providers and ON_GPU and (kw.get("device") or "cuda") == "cuda":
-        shapes = [(B, H, S, D, dt, c) for dt in dtypes for D in dims for c in causals for S in seqs
-                  if not tutorial_skip(S, DTYPES[dt], "cuda")]
+        shapes = [
+            (B, H, S, D, dt, c)
+            for dt in dtypes
+            for D in dims
+            for c in causals
+            for S in seqs
+            if not tutorial_skip(S, DTYPES[dt], "cuda")
+        ]
         _log(f"compiling the tutorial's configurations at {len(shapes)} shapes ...")
         _log(f"[{time.time() - t0:6.1f} s] {precompile_tutorial(shapes)} compiled")
     for dtype_name in dtypes:
@@ -335,20 +430,48 @@ def live_rows(rounds: int = 3) -> list[dict]:
     return sweep(seqs=(1024, 4096), dtypes=("float16",), providers=("course", "sdpa", "naive"), rounds=rounds)
 
 
-TUNE_CONFIGS = tuple(AttentionConfig(*c) for c in (
-    (64, 32, 4, 3), (64, 64, 4, 3), (64, 64, 4, 4), (128, 32, 4, 3), (128, 64, 4, 3), (128, 64, 4, 4),
-    (128, 64, 8, 3), (128, 128, 8, 2), (128, 128, 8, 3), (128, 32, 8, 4),
-)) + tuple(TmaConfig(*c, False) for c in (  # the tensor-descriptor kernel (Hopper): 2 programs per SM at 128x64x4x2
-    (128, 64, 4, 2), (128, 64, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (64, 64, 4, 2), (64, 64, 4, 3),
-))
+TUNE_CONFIGS = tuple(
+    AttentionConfig(*c)
+    for c in (
+        (64, 32, 4, 3),
+        (64, 64, 4, 3),
+        (64, 64, 4, 4),
+        (128, 32, 4, 3),
+        (128, 64, 4, 3),
+        (128, 64, 4, 4),
+        (128, 64, 8, 3),
+        (128, 128, 8, 2),
+        (128, 128, 8, 3),
+        (128, 32, 8, 4),
+    )
+) + tuple(
+    TmaConfig(*c, False)
+    for c in (  # the tensor-descriptor kernel (Hopper): 2 programs per SM at 128x64x4x2
+        (128, 64, 4, 2),
+        (128, 64, 4, 3),
+        (128, 64, 8, 3),
+        (128, 128, 8, 3),
+        (64, 64, 4, 2),
+        (64, 64, 4, 3),
+    )
+)
 
 
 def _kernel(cfg) -> str:
     return "tma" if isinstance(cfg, TmaConfig) else "pointer"
 
 
-def tune(S: int = 4096, dims=(64, 128), causals=(False, True), dtype_name: str = "float16", configs=TUNE_CONFIGS,
-         B: int = 4, H: int = 16, rep: int = 25, rounds: int = ROUNDS) -> list[dict]:
+def tune(
+    S: int = 4096,
+    dims=(64, 128),
+    causals=(False, True),
+    dtype_name: str = "float16",
+    configs=TUNE_CONFIGS,
+    B: int = 4,
+    H: int = 16,
+    rep: int = 25,
+    rounds: int = ROUNDS,
+) -> list[dict]:
     """GPU time of the course's kernel in each tile configuration (checked first, as the sweep):
     the median of ``rounds`` rounds interleaved over the configurations, and their spread."""
     dtype = DTYPES[dtype_name]
@@ -358,10 +481,21 @@ def tune(S: int = 4096, dims=(64, 128), causals=(False, True), dtype_name: str =
             q, k, v, heads, idx, ref = _inputs(B, H, S, D, dtype, causal, "cuda", seed=1)
             timed = []
             for cfg in configs:
-                row = {"dtype": dtype_name, "B": B, "H": H, "S": S, "D": D, "causal": int(causal), "kernel": _kernel(cfg),
-                       **dict(zip(("block_m", "block_n", "num_warps", "num_stages"), cfg[:4])),
-                       "graph_ms": float("nan"), "graph_tflops": float("nan"), "graph_spread": float("nan"),
-                       "max_err": float("nan"), "status": "ok"}
+                row = {
+                    "dtype": dtype_name,
+                    "B": B,
+                    "H": H,
+                    "S": S,
+                    "D": D,
+                    "causal": int(causal),
+                    "kernel": _kernel(cfg),
+                    **dict(zip(("block_m", "block_n", "num_warps", "num_stages"), cfg[:4])),
+                    "graph_ms": float("nan"),
+                    "graph_tflops": float("nan"),
+                    "graph_spread": float("nan"),
+                    "max_err": float("nan"),
+                    "status": "ok",
+                }
                 try:
                     call = _launcher(attention_plan(q, k, v, causal, config=cfg, kernel=_kernel(cfg)), q, k, v)
                     fn = lambda call=call: call(q, k, v)  # noqa: E731
@@ -379,10 +513,15 @@ def tune(S: int = 4096, dims=(64, 128), causals=(False, True), dtype_name: str =
                     times.append(gpu_ms(fn, rep=rep))
             for row, fn, times in timed:
                 ms = median(times)
-                row.update(graph_ms=round(ms, 4), graph_tflops=round(flops(B, H, S, D, causal) / ms / 1e9, 1),
-                           graph_spread=round(spread(times), 4))
-                _log(f"  D={D} causal={int(causal)} {row['kernel']} {row['block_m'], row['block_n'], row['num_warps'], row['num_stages']} "
-                     f"{row['graph_tflops']} TFLOP/s (spread {row['graph_spread']:.0%})")
+                row.update(
+                    graph_ms=round(ms, 4),
+                    graph_tflops=round(flops(B, H, S, D, causal) / ms / 1e9, 1),
+                    graph_spread=round(spread(times), 4),
+                )
+                _log(
+                    f"  D={D} causal={int(causal)} {row['kernel']} {row['block_m'], row['block_n'], row['num_warps'], row['num_stages']} "
+                    f"{row['graph_tflops']} TFLOP/s (spread {row['graph_spread']:.0%})"
+                )
             del q, k, v
             _free()
     return rows
@@ -406,7 +545,9 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="fp16, S = 1K and 4K only")
     ap.add_argument("--tune", action="store_true", help="time the kernel's tile configurations instead")
     ap.add_argument("--rep", type=int, default=REP, help=f"milliseconds of timing per measurement (default {REP})")
-    ap.add_argument("--rounds", type=int, default=ROUNDS, help=f"timing rounds per case, median kept (default {ROUNDS})")
+    ap.add_argument(
+        "--rounds", type=int, default=ROUNDS, help=f"timing rounds per case, median kept (default {ROUNDS})"
+    )
     ap.add_argument("--seqs", help="comma-separated sequence lengths (default: " + ",".join(map(str, SEQS)) + ")")
     ap.add_argument("--causal", choices=("0", "1"), help="only without the mask (0) or only causal (1)")
     ap.add_argument("--providers", help="comma-separated providers (default: all of " + ",".join(PROVIDERS) + ")")
@@ -418,8 +559,10 @@ def main(argv=None) -> int:
     if args.tune:
         rows = tune(rounds=args.rounds)
         for (D, causal), r in sorted(best_configs(rows).items()):
-            print(f"D={D} causal={causal}: best {r['kernel']} ({r['block_m']}, {r['block_n']}, {r['num_warps']}, "
-                  f"{r['num_stages']}) at {r['graph_tflops']} TFLOP/s")
+            print(
+                f"D={D} causal={causal}: best {r['kernel']} ({r['block_m']}, {r['block_n']}, {r['num_warps']}, "
+                f"{r['num_stages']}) at {r['graph_tflops']} TFLOP/s"
+            )
     else:
         quick = dict(seqs=(1024, 4096), dtypes=("float16",)) if args.quick else {}
         if args.seqs:
@@ -431,11 +574,15 @@ def main(argv=None) -> int:
             unknown = set(quick["providers"]) - set(PROVIDERS)
             if unknown:
                 ap.error(f"unknown providers {sorted(unknown)}; choose from {PROVIDERS}")
-        rows = sweep(**quick, timer=gpu_timer(args.rep), rounds=args.rounds, out=(Path(args.out_csv), provenance(command)))
+        rows = sweep(
+            **quick, timer=gpu_timer(args.rep), rounds=args.rounds, out=(Path(args.out_csv), provenance(command))
+        )
     path = write_csv(Path(args.out_csv), rows, provenance(command))
     bad = [r for r in rows if r["status"] != "ok" and r.get("provider") == "course"]
-    print(f"wrote {len(rows)} rows to {path} in {time.time() - t0:.0f} s"
-          + (f"; the course's kernel failed {len(bad)} checks: {bad[0]['status']}" if bad else ""))
+    print(
+        f"wrote {len(rows)} rows to {path} in {time.time() - t0:.0f} s"
+        + (f"; the course's kernel failed {len(bad)} checks: {bad[0]['status']}" if bad else "")
+    )
     return 1 if bad else 0
 
 

@@ -22,19 +22,19 @@ import argparse
 import math
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # helpers, from this checkout
 
-import helpers  # noqa: E402,F401  (first: interpreter or GPU)
 import torch  # noqa: E402
 
-from helpers.gpu_data import provenance, write_csv
+import helpers  # noqa: E402,F401  (first: interpreter or GPU)
 from helpers import measure as _measure  # (`measure` below is this module's own function)
-from helpers.measure import exit_without_gpu, median, spread, warm_up_gpu
+from helpers.gpu_data import provenance, write_csv
 from helpers.kernels.backward import softmax_backward, softmax_backward_looped
+from helpers.measure import exit_without_gpu, median, spread, warm_up_gpu
 from helpers.mode import DEVICE
 
 M_ROWS = 4096
@@ -43,8 +43,22 @@ LONG = ((1024, 65536), (256, 131072), (64, 262144), (8, 1048576))
 HELD_OUT = tuple((m, n) for m in (1, 8, 64, 256) for n in (32000, 128256, 151936, 256000))
 SHAPES = {"M=4096": tuple((M_ROWS, n) for n in NS), "long": LONG, "held-out": HELD_OUT}
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-COLUMNS = ("group", "dtype", "M", "N", "provider", "ms", "graph_ms", "frac_of_copy", "graph_frac", "host_us", "spread",
-           "graph_spread", "max_err", "status")
+COLUMNS = (
+    "group",
+    "dtype",
+    "M",
+    "N",
+    "provider",
+    "ms",
+    "graph_ms",
+    "frac_of_copy",
+    "graph_frac",
+    "host_us",
+    "spread",
+    "graph_spread",
+    "max_err",
+    "status",
+)
 #: Timing rounds per shape, interleaved over the providers (a slow spell of the GPU hits them all alike).
 ROUNDS = 3
 
@@ -75,6 +89,7 @@ def liger_backward():
     def run(y, dy, out):
         block, warps = calculate_settings(y.shape[-1])
         return _softmax_backward(dy, y, block, warps, False)
+
     return run
 
 
@@ -123,8 +138,18 @@ def inputs(M: int, N: int, dtype, device=None, seed: int = 0) -> tuple[torch.Ten
     return y, dy
 
 
-def measure(M: int, N: int, dtype, provs: dict | None = None, *, timers: dict | None = None, device=None,
-            seed: int = 0, rounds: int = ROUNDS, group: str = "M=4096") -> list[dict]:
+def measure(
+    M: int,
+    N: int,
+    dtype,
+    provs: dict | None = None,
+    *,
+    timers: dict | None = None,
+    device=None,
+    seed: int = 0,
+    rounds: int = ROUNDS,
+    group: str = "M=4096",
+) -> list[dict]:
     """The rows of one shape: every provider checked against float64, then timed (``timers``: name
     -> fn(callable) -> number, the GPU timers by default; tests pass their own)."""
     provs = providers() if provs is None else provs
@@ -146,7 +171,9 @@ def measure(M: int, N: int, dtype, provs: dict | None = None, *, timers: dict | 
             else:
                 err = (got.to(torch.float64) - ref).abs().max().item()
                 good = math.isfinite(err) and err <= REL_TOL[dtype] * scale
-            row.update(max_err=err, status="ok" if good else f"wrong: max abs error {err:.2e} (largest |dx| {scale:.2e})")
+            row.update(
+                max_err=err, status="ok" if good else f"wrong: max abs error {err:.2e} (largest |dx| {scale:.2e})"
+            )
             if good:
                 ok[name] = fn
             del got
@@ -156,7 +183,7 @@ def measure(M: int, N: int, dtype, provs: dict | None = None, *, timers: dict | 
     times = {name: {key: [] for key in timers} for name in ok}
     for _ in range(rounds):
         for name, fn in ok.items():
-            call = (lambda fn=fn: fn(y, dy, out))
+            call = lambda fn=fn: fn(y, dy, out)
             for key, timer in timers.items():
                 if key in rows[name]:  # this timer failed in an earlier round
                     continue
@@ -217,12 +244,16 @@ def summary(rows: list[dict]) -> str:
     cells: dict = {}
     for r in rows:
         cells.setdefault((r["dtype"], r["M"], r["N"]), {})[r["provider"]] = r
-    lines = [f"{'dtype':9} {'N':>6}  {'course':>7} {'looped':>7} {'torch':>7} {'naive':>7}   (graph_frac; host µs of course / torch)"]
+    lines = [
+        f"{'dtype':9} {'N':>6}  {'course':>7} {'looped':>7} {'torch':>7} {'naive':>7}   (graph_frac; host µs of course / torch)"
+    ]
     for (d, M, N), p in cells.items():
         f = lambda k: p.get(k, {}).get("graph_frac", float("nan"))
         h = lambda k: p.get(k, {}).get("host_us", float("nan"))
-        lines.append(f"{d:9} {N:6d}  {f('course'):7.3f} {f('course_looped'):7.3f} {f('torch_backward'):7.3f} "
-                     f"{f('torch_naive_backward'):7.3f}   {h('course'):.1f} / {h('torch_backward'):.1f}")
+        lines.append(
+            f"{d:9} {N:6d}  {f('course'):7.3f} {f('course_looped'):7.3f} {f('torch_backward'):7.3f} "
+            f"{f('torch_naive_backward'):7.3f}   {h('course'):.1f} / {h('torch_backward'):.1f}"
+        )
     return "\n".join(lines)
 
 
@@ -231,14 +262,21 @@ def main(argv=None) -> int:
     ap.add_argument("out_csv", help="where to write the CSV (the lesson reads figures/data/backward.csv)")
     ap.add_argument("--dtypes", default="float32,bfloat16")
     ap.add_argument("--groups", default=",".join(SHAPES), help=f"shape groups, comma-separated: {', '.join(SHAPES)}")
-    ap.add_argument("--providers", default=None,
-                    help="only these providers, comma-separated (the copy always runs: the fractions need it)")
+    ap.add_argument(
+        "--providers",
+        default=None,
+        help="only these providers, comma-separated (the copy always runs: the fractions need it)",
+    )
     args = ap.parse_args(argv)
     exit_without_gpu("the softmax backward benchmark", "figures/data/backward_<gpu>.csv")
     t0 = time.time()
     log = lambda s: print(s, file=sys.stderr, flush=True)
-    rows = sweep(groups=tuple(args.groups.split(",")), dtypes=tuple(args.dtypes.split(",")), log=log,
-                 names=args.providers.split(",") if args.providers else None)
+    rows = sweep(
+        groups=tuple(args.groups.split(",")),
+        dtypes=tuple(args.dtypes.split(",")),
+        log=log,
+        names=args.providers.split(",") if args.providers else None,
+    )
     cmd = "python tools/backward_bench.py " + " ".join(argv if argv is not None else sys.argv[1:])
     path = write_csv(Path(args.out_csv), rows, provenance(cmd))
     print(summary(rows))

@@ -21,17 +21,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # helpers, from this checkout
 
-import helpers  # noqa: E402,F401  (first: interpreter or GPU)
-import torch  # noqa: E402
 
+import helpers  # noqa: E402,F401  (first: interpreter or GPU)
 from helpers import gpu_data
 from helpers.gpu_data import DATA_DIR, gpu_short_name, provenance, write_csv
 from helpers.measure import DTYPES, exit_without_gpu, measure_shape, progress, providers, rounded, warm_up_gpu
-from helpers.mode import ON_GPU
 
 #: The `make bench` sweep: M = 4096 over N, and few long rows.
 SWEEP_SHAPES = [(4096, n) for n in (256, 512, 1024, 2048, 4096, 8192, 12672, 16384, 32768)] + [
-    (1024, 65536), (256, 131072), (64, 262144), (8, 1048576),
+    (1024, 65536),
+    (256, 131072),
+    (64, 262144),
+    (8, 1048576),
 ]
 #: Shapes no configuration was picked on (the tuner sees M = 4096 and powers of two): the check
 #: that the choices carry over.
@@ -53,7 +54,9 @@ def sweep(shapes=None, dtypes=("float32", "bfloat16"), provs=None, out_name=None
     meta = provenance("python tools/bench.py sweep")
     for d, (M, N) in progress([(d, s) for d in dtypes for s in shapes], "bench"):
         rows += measure_shape(M, N, DTYPES[d], provs)
-        path = write_csv(DATA_DIR / f"{name}.csv", rounded(rows), meta)  # after every shape: a cut-off run keeps its cells
+        path = write_csv(
+            DATA_DIR / f"{name}.csv", rounded(rows), meta
+        )  # after every shape: a cut-off run keeps its cells
     print(f"wrote {path}", file=sys.stderr)
     return path
 
@@ -72,8 +75,10 @@ def summary(rows: list[dict], provider: str = "softmax") -> str:
         ok = {k: v for k, v in p.items() if k in peers and str(v["status"]).startswith("ok")}
         bg = max(ok, key=lambda k: ok[k]["graph_frac"], default=None)
         be = max(ok, key=lambda k: ok[k]["frac_of_copy"], default=None)
-        lines.append(f"{d:9} {M:5d} {N:8d} | {mine['graph_frac']:.3f} {mine['frac_of_copy']:.3f} {mine['host_us']:6.1f} | "
-                     + (f"{ok[bg]['graph_frac']:.3f} ({bg})  {ok[be]['frac_of_copy']:.3f} ({be})" if bg else "-"))
+        lines.append(
+            f"{d:9} {M:5d} {N:8d} | {mine['graph_frac']:.3f} {mine['frac_of_copy']:.3f} {mine['host_us']:6.1f} | "
+            + (f"{ok[bg]['graph_frac']:.3f} ({bg})  {ok[be]['frac_of_copy']:.3f} ({be})" if bg else "-")
+        )
     return "\n".join(lines)
 
 
@@ -121,8 +126,11 @@ def launch(out_name=None) -> Path:
     from helpers import lesson05
 
     rows = lesson05.launch_cost_rows()
-    path = write_csv(DATA_DIR / f"{out_name or 'launch_' + gpu_short_name()}.csv", rounded(rows, 3),
-                     provenance("python tools/bench.py launch"))
+    path = write_csv(
+        DATA_DIR / f"{out_name or 'launch_' + gpu_short_name()}.csv",
+        rounded(rows, 3),
+        provenance("python tools/bench.py launch"),
+    )
     print(f"wrote {path}", file=sys.stderr)
     return path
 

@@ -11,13 +11,28 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # helpers, from this checkout
 
 import helpers  # noqa: E402,F401  (first: interpreter or GPU)
-
 from helpers.gpu_data import bench, ok
-from helpers.plots import COLORS, LABELS as _LABELS, new_figure
+from helpers.plots import COLORS, new_figure
+from helpers.plots import LABELS as _LABELS
 
 #: Providers drawn, in legend order (labels as in every figure of the course).
-LABELS = {p: _LABELS[p] for p in ("copy", "torch_naive", "torch_softmax", "torch_compile", "triton_tutorial", "liger",
-                                  "fused", "online", "persistent", "split", "split_coop", "softmax")}
+LABELS = {
+    p: _LABELS[p]
+    for p in (
+        "copy",
+        "torch_naive",
+        "torch_softmax",
+        "torch_compile",
+        "triton_tutorial",
+        "liger",
+        "fused",
+        "online",
+        "persistent",
+        "split",
+        "split_coop",
+        "softmax",
+    )
+}
 
 
 def plot_bandwidth_vs_n(rows=None, meta=None, M: int = 4096, providers=None):
@@ -30,7 +45,11 @@ def plot_bandwidth_vs_n(rows=None, meta=None, M: int = 4096, providers=None):
     providers = providers or [p for p in LABELS if any(r["provider"] == p for r in rows)]
     for ax, d in zip(axes, dtypes):
         for p in providers:
-            pts = sorted((r["N"], r["graph_gbps"]) for r in rows if r["dtype"] == d and r["M"] == M and r["provider"] == p and ok(r, "graph_gbps"))
+            pts = sorted(
+                (r["N"], r["graph_gbps"])
+                for r in rows
+                if r["dtype"] == d and r["M"] == M and r["provider"] == p and ok(r, "graph_gbps")
+            )
             if not pts:
                 continue
             xs, ys = zip(*pts)
@@ -46,7 +65,10 @@ def plot_bandwidth_vs_n(rows=None, meta=None, M: int = 4096, providers=None):
         ax.set_title(d)
     axes[-1].legend(fontsize=8, loc="lower right")
     if meta:
-        fig.suptitle(f"Forward softmax on {meta.get('gpu', '?')} (torch {meta.get('torch', '?')}, Triton {meta.get('triton', '?')})", fontsize=10)
+        fig.suptitle(
+            f"Forward softmax on {meta.get('gpu', '?')} (torch {meta.get('torch', '?')}, Triton {meta.get('triton', '?')})",
+            fontsize=10,
+        )
     return fig
 
 
@@ -54,9 +76,13 @@ def plot_long_rows(rows=None, meta=None, providers=None):
     """Fraction of copy bandwidth at the few-long-rows shapes, grouped bars per shape."""
     if rows is None:
         rows, meta = bench()
-    shapes = sorted({(r["M"], r["N"]) for r in rows if r["N"] > 32768 and r["M"] in (1024, 256, 64, 8)}, key=lambda s: s[1])
+    shapes = sorted(
+        {(r["M"], r["N"]) for r in rows if r["N"] > 32768 and r["M"] in (1024, 256, 64, 8)}, key=lambda s: s[1]
+    )
     dtypes = [d for d in ("float32", "bfloat16") if any(r["dtype"] == d for r in rows)]
-    providers = providers or [p for p in LABELS if p != "copy" and any(r["provider"] == p and r["N"] > 32768 and ok(r) for r in rows)]
+    providers = providers or [
+        p for p in LABELS if p != "copy" and any(r["provider"] == p and r["N"] > 32768 and ok(r) for r in rows)
+    ]
     fig, axes = new_figure(width=11, height=4.2, ncols=len(dtypes))
     axes = axes if len(dtypes) > 1 else [axes]
     width = 0.8 / max(1, len(providers))
@@ -64,9 +90,13 @@ def plot_long_rows(rows=None, meta=None, providers=None):
         for i, p in enumerate(providers):
             vals = []
             for M, N in shapes:
-                r = next((r for r in rows if r["dtype"] == d and r["M"] == M and r["N"] == N and r["provider"] == p), None)
+                r = next(
+                    (r for r in rows if r["dtype"] == d and r["M"] == M and r["N"] == N and r["provider"] == p), None
+                )
                 vals.append(r["graph_frac"] if r is not None and ok(r) else 0.0)
-            ax.bar([j + i * width for j in range(len(shapes))], vals, width, color=COLORS.get(p), label=LABELS.get(p, p))
+            ax.bar(
+                [j + i * width for j in range(len(shapes))], vals, width, color=COLORS.get(p), label=LABELS.get(p, p)
+            )
         ax.axhline(1.0, color=COLORS["copy"], ls="--", lw=1.5)
         ax.set_xticks([j + 0.4 - width / 2 for j in range(len(shapes))], [f"{M}×{N}" for M, N in shapes], fontsize=8)
         ax.set_ylabel("fraction of copy (GPU time)")

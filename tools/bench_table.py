@@ -67,19 +67,26 @@ def one_line(meta: dict) -> str:
     parentheses: the CSV's header says which cells were re-run, when and how)."""
     first = lambda key: str(meta.get(key, "?")).split(" (")[0]  # noqa: E731
     later = " (some cells re-run later: the CSV's header says which)" if " (" in str(meta.get("date", "")) else ""
-    return (f"{meta.get('gpu', '?')}, driver {first('driver')}, torch {first('torch')}, Triton {first('triton')}, "
-            f"{first('date')}, commit {first('commit')}{later}")
+    return (
+        f"{meta.get('gpu', '?')}, driver {first('driver')}, torch {first('torch')}, Triton {first('triton')}, "
+        f"{first('date')}, commit {first('commit')}{later}"
+    )
 
 
 def table() -> str:
     """The two GPUs side by side: softmax's fraction of copy (GPU time, eager) and host µs, and the best peer's GPU time."""
     rec = {gpu: cells(gpu) for gpu in GPUS}
     names = {gpu: rec[gpu][1]["gpu"].replace("NVIDIA ", "").replace(" 80GB HBM3", "") for gpu in GPUS}
-    out = [" · ".join(f"**{names[g]}**: {one_line(rec[g][1]).split(', ', 1)[1]} (`figures/data/bench_{g}.csv`)"
-                      for g in GPUS), "",
-           "| dtype | M × N | | " + " | ".join(f"{names[g]}: **softmax**, GPU time | eager | host µs | best peer, GPU time"
-                                            for g in GPUS) + " |",
-           "|---|---|---|" + "---:|---:|---:|---|" * len(GPUS)]
+    out = [
+        " · ".join(
+            f"**{names[g]}**: {one_line(rec[g][1]).split(', ', 1)[1]} (`figures/data/bench_{g}.csv`)" for g in GPUS
+        ),
+        "",
+        "| dtype | M × N | | "
+        + " | ".join(f"{names[g]}: **softmax**, GPU time | eager | host µs | best peer, GPU time" for g in GPUS)
+        + " |",
+        "|---|---|---|" + "---:|---:|---:|---|" * len(GPUS),
+    ]
     for key in rec[GPUS[0]][0]:
         d, M, N = key
         parts = []
@@ -90,14 +97,19 @@ def table() -> str:
                 parts.append("– | – | – | –")
                 continue
             g, gv = best_peer(p, "graph_frac")
-            parts.append(f"**{s['graph_frac']:.2f}** | {s['frac_of_copy']:.2f} | {s['host_us']:.1f} | "
-                         + (f"{gv:.2f} ({SHORT[g]})" if g else "–"))
+            parts.append(
+                f"**{s['graph_frac']:.2f}** | {s['frac_of_copy']:.2f} | {s['host_us']:.1f} | "
+                + (f"{gv:.2f} ({SHORT[g]})" if g else "–")
+            )
         out.append(f"| {short_dtype(d)} | {M}×{N} | {kind(M, N)} | " + " | ".join(parts) + " |")
-    out += ["", "Fractions of copy: `y.copy_(x)` on the same tensor, timed the same way in the same run, over the "
-            "provider's time (1.0 = as fast as a copy). GPU time: `do_bench_cudagraph`; eager: `do_bench`, "
-            "a Python loop of calls with L2 cleared before each; host µs: one call's Python and launch path. "
-            "Peers: `torch.softmax`, `torch.compile` of the naive five-op function, the official Triton "
-            "tutorial's kernel and wrapper, Liger-Kernel 0.8.5. *held out*: shapes no configuration was tuned on."]
+    out += [
+        "",
+        "Fractions of copy: `y.copy_(x)` on the same tensor, timed the same way in the same run, over the "
+        "provider's time (1.0 = as fast as a copy). GPU time: `do_bench_cudagraph`; eager: `do_bench`, "
+        "a Python loop of calls with L2 cleared before each; host µs: one call's Python and launch path. "
+        "Peers: `torch.softmax`, `torch.compile` of the naive five-op function, the official Triton "
+        "tutorial's kernel and wrapper, Liger-Kernel 0.8.5. *held out*: shapes no configuration was tuned on.",
+    ]
     return "\n".join(out)
 
 
@@ -116,8 +128,11 @@ def targets() -> str:
     for gpu in GPUS:
         by, meta = cells(gpu)
         name = meta["gpu"].replace("NVIDIA ", "").replace(" 80GB HBM3", "")
-        groups = {"≥ 0.90 at M = 4096, N = 256, 512": [], "≥ 0.95 at M = 4096, N = 1K–32K": [],
-                  "≥ 0.85, few long rows": []}
+        groups = {
+            "≥ 0.90 at M = 4096, N = 256, 512": [],
+            "≥ 0.95 at M = 4096, N = 1K–32K": [],
+            "≥ 0.85, few long rows": [],
+        }
         behind_g, behind_e, n_cells = [], [], 0
         for (d, M, N), p in by.items():
             s = p.get("softmax")
@@ -126,10 +141,17 @@ def targets() -> str:
             n_cells += 1
             t = target_of(d, M, N)
             if t is not None:
-                gname = ("≥ 0.90 at M = 4096, N = 256, 512" if t == 0.90 else
-                         "≥ 0.95 at M = 4096, N = 1K–32K" if t == 0.95 else "≥ 0.85, few long rows")
+                gname = (
+                    "≥ 0.90 at M = 4096, N = 256, 512"
+                    if t == 0.90
+                    else "≥ 0.95 at M = 4096, N = 1K–32K"
+                    if t == 0.95
+                    else "≥ 0.85, few long rows"
+                )
                 g, gv = best_peer(p, "graph_frac")
-                groups[gname].append((s["graph_frac"] >= t, f"{short_dtype(d)} {M}×{N}", s["graph_frac"], gv, SHORT.get(g, "-")))
+                groups[gname].append(
+                    (s["graph_frac"] >= t, f"{short_dtype(d)} {M}×{N}", s["graph_frac"], gv, SHORT.get(g, "-"))
+                )
             for key, lst in (("graph_frac", behind_g), ("frac_of_copy", behind_e)):
                 k, v = best_peer(p, key)
                 if k and s[key] < 0.97 * v:
@@ -138,10 +160,14 @@ def targets() -> str:
             met = [w for okk, w, *_ in items if okk]
             miss = [f"{w} ({v:.2f}; {pv:.2f} {pk})" for okk, w, v, pv, pk in items if not okk]
             lines.append(f"| {gname} (GPU time) | {name} | {len(met)} of {len(items)} | {', '.join(miss) or '–'} |")
-        lines.append(f"| never > 3% behind the best peer, GPU time | {name} | {n_cells - len(behind_g)} of {n_cells} cells | "
-                     f"{', '.join(behind_g) or '–'} |")
-        lines.append(f"| never > 3% behind the best peer, eager | {name} | {n_cells - len(behind_e)} of {n_cells} cells | "
-                     f"{', '.join(behind_e) or '–'} |")
+        lines.append(
+            f"| never > 3% behind the best peer, GPU time | {name} | {n_cells - len(behind_g)} of {n_cells} cells | "
+            f"{', '.join(behind_g) or '–'} |"
+        )
+        lines.append(
+            f"| never > 3% behind the best peer, eager | {name} | {n_cells - len(behind_e)} of {n_cells} cells | "
+            f"{', '.join(behind_e) or '–'} |"
+        )
     return "\n".join(lines)
 
 
@@ -159,19 +185,26 @@ def agreement() -> str:
         r = sweep_agreement(b, a)  # `softmax` and `split_coop`: their tuned configurations change between sweeps
         outside = [f"{k[3]} {short_dtype(k[0])} {k[1]}×{k[2]} ({d:+.0%})" for k, d in r["outside"]]
         first = lambda m: str(m["commit"]).split(" (")[0]  # noqa: E731
-        out.append(f"- {mb['gpu'].replace('NVIDIA ', '')}, sweeps at {first(ma)} and {first(mb)} "
-                   f"({ma['date'][:10]}, {mb['date'][:10]}): **{r['within']} of {r['cells']} cells agree within 5%** "
-                   f"(median difference {r['median']:.1%}). Outside 5%: {', '.join(outside) or 'none'}.")
+        out.append(
+            f"- {mb['gpu'].replace('NVIDIA ', '')}, sweeps at {first(ma)} and {first(mb)} "
+            f"({ma['date'][:10]}, {mb['date'][:10]}): **{r['within']} of {r['cells']} cells agree within 5%** "
+            f"(median difference {r['median']:.1%}). Outside 5%: {', '.join(outside) or 'none'}."
+        )
     return "\n".join(out)
 
 
 def backward() -> str:
     """Two tables: M = 4096 over N (course and torch), and the long rows split across programs (course, the
     looped kernel, torch; the held-out LLM vocabulary rows summarised as a range per row count)."""
-    lines = ["| GPU | dtype | N = 1K … 32K at M = 4096: course backward, GPU time (fraction of copy-equivalent) | torch's backward |",
-             "|---|---|---|---|"]
-    long = ["| GPU | dtype | 1024×64K / 256×128K / 64×256K / 8×1M: course | looped | torch | held-out M = 256 / 64 / 8 / 1 "
-            "(N = 128256–256000): course |", "|---|---|---|---|---|---|"]
+    lines = [
+        "| GPU | dtype | N = 1K … 32K at M = 4096: course backward, GPU time (fraction of copy-equivalent) | torch's backward |",
+        "|---|---|---|---|",
+    ]
+    long = [
+        "| GPU | dtype | 1024×64K / 256×128K / 64×256K / 8×1M: course | looped | torch | held-out M = 256 / 64 / 8 / 1 "
+        "(N = 128256–256000): course |",
+        "|---|---|---|---|---|---|",
+    ]
     for gpu in GPUS:
         rows, meta = read_csv(DATA / f"backward_{gpu}.csv")
         name = meta["gpu"].replace("NVIDIA ", "")
@@ -191,15 +224,20 @@ def backward() -> str:
                 f = [r["graph_frac"] for r in held if r["M"] == m]
                 rng.append(f"{min(f):.2f}–{max(f):.2f}" if f else "–")
             if shapes:
-                long.append(f"| {name} | {d} | {cell('course')} | {cell('course_looped')} | {cell('torch_backward')} | "
-                            f"{' / '.join(rng)} |")
+                long.append(
+                    f"| {name} | {d} | {cell('course')} | {cell('course_looped')} | {cell('torch_backward')} | "
+                    f"{' / '.join(rng)} |"
+                )
     lines.append("")
     lines.append("N = " + ", ".join(str(n) for n in ns) + ".")
     return "\n".join(lines + [""] + long)
 
 
 def attention() -> str:
-    lines = ["| GPU | D | causal | course / fastest SDPA backend, S = 4K / 8K / 16K (fp16; bf16) |", "|---|---|---|---|"]
+    lines = [
+        "| GPU | D | causal | course / fastest SDPA backend, S = 4K / 8K / 16K (fp16; bf16) |",
+        "|---|---|---|---|",
+    ]
     for gpu in GPUS:
         rows, meta = read_csv(DATA / f"attention_{gpu}.csv")
         by = {}
@@ -217,7 +255,9 @@ def attention() -> str:
                         if "course" in p and sdpa:
                             vals.append(f"{p['course'] / max(sdpa):.2f}")
                     parts.append(" / ".join(vals))
-                lines.append(f"| {meta['gpu'].replace('NVIDIA ', '')} | {D} | {'yes' if causal else 'no'} | {'; '.join(parts)} |")
+                lines.append(
+                    f"| {meta['gpu'].replace('NVIDIA ', '')} | {D} | {'yes' if causal else 'no'} | {'; '.join(parts)} |"
+                )
     return "\n".join(lines)
 
 
@@ -225,34 +265,61 @@ def sampling() -> str:
     """Per GPU and dtype: `softmax_topk(x, 50)` and `sample` (temperature 0.7, top-k 50, top-p 0.9) in µs of GPU time at
     M = 1 and 8, as fractions of one read at M = 64 and 256, and the faster of PyTorch's versions beside each
     (cells whose rounds spread over 10% left out of the ranges)."""
-    lines = ["| GPU | dtype | `softmax_topk`, µs at M ≤ 8 | PyTorch's softmax + top-k | `softmax_topk`, of one read at "
-             "M ≥ 64 | PyTorch's | `sample`, µs at M ≤ 8 | Hugging Face's chain |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| GPU | dtype | `softmax_topk`, µs at M ≤ 8 | PyTorch's softmax + top-k | `softmax_topk`, of one read at "
+        "M ≥ 64 | PyTorch's | `sample`, µs at M ≤ 8 | Hugging Face's chain |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for gpu in GPUS:
         rows, meta = read_csv(DATA / f"sampling_{gpu}.csv")
         ok = [r for r in rows if _ok(r, "graph_us") and float(r.get("graph_spread") or 0) <= 0.10]
         for d in ("float32", "bfloat16"):
+
             def rng(providers, key, few):
-                v = [float(r[key]) for r in ok if r["dtype"] == d and r["provider"] in providers and (r["M"] <= 8) == few]
-                return f"{min(v):.{1 if key == 'graph_us' else 3}f}–{max(v):.{1 if key == 'graph_us' else 3}f}" if v else "–"
+                v = [
+                    float(r[key]) for r in ok if r["dtype"] == d and r["provider"] in providers and (r["M"] <= 8) == few
+                ]
+                return (
+                    f"{min(v):.{1 if key == 'graph_us' else 3}f}–{max(v):.{1 if key == 'graph_us' else 3}f}"
+                    if v
+                    else "–"
+                )
+
             torch_topk = ("torch_softmax_topk", "compile_softmax_topk")
-            lines.append(f"| {meta['gpu'].replace('NVIDIA ', '')} | {d} | {rng(('course_softmax_topk',), 'graph_us', True)} | "
-                         f"{rng(torch_topk, 'graph_us', True)} | {rng(('course_softmax_topk',), 'frac_of_one_read', False)} | "
-                         f"{rng(torch_topk, 'frac_of_one_read', False)} | {rng(('course_sample',), 'graph_us', True)} | "
-                         f"{rng(('torch_hf_sample', 'compile_hf_sample'), 'graph_us', True)} |")
-    lines += ["", "One read: half the copy's time (a copy reads and writes). Shapes: M = 1, 8, 64, 256 rows of N = 32000, "
-              "128256, 151936, 256000 logits. " + "; ".join(f"{g.upper()}: {one_line(read_csv(DATA / f'sampling_{g}.csv')[1])}"
-                                                           for g in GPUS) + "."]
+            lines.append(
+                f"| {meta['gpu'].replace('NVIDIA ', '')} | {d} | {rng(('course_softmax_topk',), 'graph_us', True)} | "
+                f"{rng(torch_topk, 'graph_us', True)} | {rng(('course_softmax_topk',), 'frac_of_one_read', False)} | "
+                f"{rng(torch_topk, 'frac_of_one_read', False)} | {rng(('course_sample',), 'graph_us', True)} | "
+                f"{rng(('torch_hf_sample', 'compile_hf_sample'), 'graph_us', True)} |"
+            )
+    lines += [
+        "",
+        "One read: half the copy's time (a copy reads and writes). Shapes: M = 1, 8, 64, 256 rows of N = 32000, "
+        "128256, 151936, 256000 logits. "
+        + "; ".join(f"{g.upper()}: {one_line(read_csv(DATA / f'sampling_{g}.csv')[1])}" for g in GPUS)
+        + ".",
+    ]
     return "\n".join(lines)
 
 
 def fill_text(src: str, text: str, marker: str) -> str:
-    return re.sub(rf"(<!-- {marker}:start -->\n).*?(<!-- {marker}:end -->)", lambda m: m.group(1) + text + "\n" + m.group(2),
-                  src, flags=re.S)
+    return re.sub(
+        rf"(<!-- {marker}:start -->\n).*?(<!-- {marker}:end -->)",
+        lambda m: m.group(1) + text + "\n" + m.group(2),
+        src,
+        flags=re.S,
+    )
 
 
 def main(argv) -> int:
-    blocks = {"bench-table": table(), "bench-targets": targets(), "bench-agreement": agreement(),
-              "bench-backward": backward(), "bench-attention": attention(), "bench-sampling": sampling()}
+    blocks = {
+        "bench-table": table(),
+        "bench-targets": targets(),
+        "bench-agreement": agreement(),
+        "bench-backward": backward(),
+        "bench-attention": attention(),
+        "bench-sampling": sampling(),
+    }
     stale = []
     for name in ("README.md", "PERFORMANCE.md"):
         p = ROOT / name

@@ -52,6 +52,7 @@ from traitlets.config import Config
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import course  # noqa: E402
+
 SITE_SRC = Path(__file__).resolve().parent / "site"
 COURSE_TITLE = "Writing a fast softmax in Triton"
 COURSE_INTRO = (
@@ -88,7 +89,7 @@ def protect_escaped_dollars(md: str) -> str:
         return md
     out, pos = [], 0
     for m in _FENCE.finditer(md):
-        out.append(_protect_inline(md[pos:m.start()]))
+        out.append(_protect_inline(md[pos : m.start()]))
         out.append(m.group(0))
         pos = m.end()
     out.append(_protect_inline(md[pos:]))
@@ -98,7 +99,7 @@ def protect_escaped_dollars(md: str) -> str:
 def _protect_inline(text: str) -> str:
     out, pos = [], 0
     for m in _CODE_SPAN.finditer(text):
-        out.append(text[pos:m.start()].replace("\\$", _LITERAL_DOLLAR))
+        out.append(text[pos : m.start()].replace("\\$", _LITERAL_DOLLAR))
         out.append(m.group(0))
         pos = m.end()
     out.append(text[pos:].replace("\\$", _LITERAL_DOLLAR))
@@ -176,7 +177,7 @@ def read_lesson(path: Path) -> Lesson:
     if not title:
         raise BuildError(f"{path}: the first cell needs a title line '# NN · Title' (docs/CONVENTIONS.md)")
     quote_lines = []
-    for line in src[title.end():].splitlines():
+    for line in src[title.end() :].splitlines():
         if line.lstrip().startswith(">"):
             quote_lines.append(re.sub(r"^\s*>\s?", "", line))
         elif quote_lines and line.strip() == "":
@@ -200,8 +201,17 @@ def read_lesson(path: Path) -> Lesson:
     stem_number = re.match(r"(\d+)d?_", path.name)
     if stem_number and stem_number.group(1).zfill(2) != number:
         print(f"warning: {path.name}: the title's number {number} differs from the file name's", file=sys.stderr)
-    return Lesson(path=path, stem=path.stem, number=number, title_md=title.group(2), summary_md=summary,
-                  time=time_text, minutes=minutes, nb=nb, deep=course.is_deep_dive(path))
+    return Lesson(
+        path=path,
+        stem=path.stem,
+        number=number,
+        title_md=title.group(2),
+        summary_md=summary,
+        time=time_text,
+        minutes=minutes,
+        nb=nb,
+        deep=course.is_deep_dive(path),
+    )
 
 
 def find_notebooks(args: list[str]) -> list[Path]:
@@ -249,9 +259,13 @@ def split_solution(src: str) -> dict:
     inner = m.group("inner")
     s = _SUMMARY.match(inner)
     summary = s.group("summary").strip() if s else "Show a solution"
-    body = inner[s.end():] if s else inner
-    return {"before": src[:m.start()].strip(), "summary": summary or "Show a solution",
-            "body": textwrap.dedent(body).strip("\n"), "after": src[m.end():].strip()}
+    body = inner[s.end() :] if s else inner
+    return {
+        "before": src[: m.start()].strip(),
+        "summary": summary or "Show a solution",
+        "body": textwrap.dedent(body).strip("\n"),
+        "after": src[m.end() :].strip(),
+    }
 
 
 def prepare_notebook(nb: nbformat.NotebookNode, edition: str) -> nbformat.NotebookNode:
@@ -322,8 +336,10 @@ def rewrite_urls(body: str, ctx: PageContext, where: str) -> str:
         parts = urlsplit(val)
         frag = f"#{parts.fragment}" if parts.fragment else ""
         target = unquote(parts.path)
-        if name == "href" and target.endswith(".ipynb") and (
-            Path(target).stem in ctx.lesson_stems or re.fullmatch(NOTEBOOK_GLOB_RE, Path(target).name)
+        if (
+            name == "href"
+            and target.endswith(".ipynb")
+            and (Path(target).stem in ctx.lesson_stems or re.fullmatch(NOTEBOOK_GLOB_RE, Path(target).name))
         ):
             if Path(target).stem not in ctx.lesson_stems:
                 ctx.warnings.append(f"{where}: link to lesson {target!r}, which is not in this build")
@@ -344,7 +360,7 @@ def rewrite_urls(body: str, ctx: PageContext, where: str) -> str:
                     return m.group(0)
                 ctx.copied[rel.as_posix()] = src
                 new = ctx.files_prefix + quote(rel.as_posix()) + frag
-        return f'{m.group("pre")}{m.group("q")}{html.escape(new, quote=True)}{m.group("q")}'
+        return f"{m.group('pre')}{m.group('q')}{html.escape(new, quote=True)}{m.group('q')}"
 
     return _ATTR.sub(repl, body)
 
@@ -438,16 +454,30 @@ def copy_assets(out: Path, katex: Path) -> None:
     (assets / "pygments.css").write_text(f"/* Pygments '{PYGMENTS_STYLE}' style for highlighted code */\n{css}\n")
 
 
-def build_edition(lessons: list[Lesson], out: Path, edition: str, args, env: jinja2.Environment,
-                  exporter: HTMLExporter, copied: dict[str, Path], warnings: list[str]) -> list[Path]:
+def build_edition(
+    lessons: list[Lesson],
+    out: Path,
+    edition: str,
+    args,
+    env: jinja2.Environment,
+    exporter: HTMLExporter,
+    copied: dict[str, Path],
+    warnings: list[str],
+) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     assets = "assets/" if edition == "learner" else "../assets/"
     files_prefix = "files/" if edition == "learner" else "../files/"
     stems = {lesson.stem for lesson in lessons}
     core = [lesson for lesson in lessons if not lesson.deep]
     deep = [lesson for lesson in lessons if lesson.deep]
-    common = {"course_title": args.title, "edition": edition, "assets": assets, "lessons": core, "deep_dives": deep,
-              "guide": edition == "instructor" and GUIDE.exists()}
+    common = {
+        "course_title": args.title,
+        "edition": edition,
+        "assets": assets,
+        "lessons": core,
+        "deep_dives": deep,
+        "guide": edition == "instructor" and GUIDE.exists(),
+    }
     pages = []
     for lesson in lessons:
         if lesson.deep:  # back to its lesson, on to the next one
@@ -460,8 +490,15 @@ def build_edition(lessons: list[Lesson], out: Path, edition: str, args, env: jin
         nb = prepare_notebook(lesson.nb, edition)
         resources = {"metadata": {"path": str(lesson.path.parent), "name": lesson.stem}}
         body, _ = exporter.from_notebook_node(nb, resources=resources)
-        ctx = PageContext(nb_dir=lesson.path.parent.resolve(), root=args.root, out=out, lesson_stems=stems,
-                          files_prefix=files_prefix, copied=copied, warnings=warnings)
+        ctx = PageContext(
+            nb_dir=lesson.path.parent.resolve(),
+            root=args.root,
+            out=out,
+            lesson_stems=stems,
+            files_prefix=files_prefix,
+            copied=copied,
+            warnings=warnings,
+        )
         body = rewrite_urls(body, ctx, f"{lesson.path.name}")
         page = env.get_template("lesson.html.j2").render(
             **common,
@@ -492,12 +529,24 @@ def build_edition(lessons: list[Lesson], out: Path, edition: str, args, env: jin
     pages.append(out / "index.html")
     if common["guide"]:
         body = markdown2html_mistune(GUIDE.read_text(encoding="utf-8"))
-        ctx = PageContext(nb_dir=GUIDE.parent.resolve(), root=args.root, out=out, lesson_stems=stems,
-                          files_prefix=files_prefix, copied=copied, warnings=warnings)
+        ctx = PageContext(
+            nb_dir=GUIDE.parent.resolve(),
+            root=args.root,
+            out=out,
+            lesson_stems=stems,
+            files_prefix=files_prefix,
+            copied=copied,
+            warnings=warnings,
+        )
         page = env.get_template("guide.html.j2").render(
-            **common, page_title=f"Instructor guide · {args.title}", description="Notes for instructors, lesson by lesson",
-            body_class=f"guide edition-{edition}", math_count=count_math(body), sections=sections(body),
-            body=Markup(rewrite_urls(body, ctx, GUIDE.name)))
+            **common,
+            page_title=f"Instructor guide · {args.title}",
+            description="Notes for instructors, lesson by lesson",
+            body_class=f"guide edition-{edition}",
+            math_count=count_math(body),
+            sections=sections(body),
+            body=Markup(rewrite_urls(body, ctx, GUIDE.name)),
+        )
         (out / "guide.html").write_text(page, encoding="utf-8")
         pages.append(out / "guide.html")
     return pages
@@ -521,8 +570,12 @@ def build(args) -> int:
         shutil.rmtree(out)
     out.mkdir(parents=True)
 
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(SITE_SRC / "pages"), autoescape=True,
-                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(SITE_SRC / "pages"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+    )
     exporter = make_exporter()
     copied: dict[str, Path] = {}
     warnings: list[str] = []
@@ -539,9 +592,11 @@ def build(args) -> int:
     for w in dict.fromkeys(warnings):
         print(f"warning: {w}", file=sys.stderr)
     editions = "learner + instructor editions" if args.instructor else "learner edition"
-    print(f"built {out}/ ({editions}): {sum(not x.deep for x in lessons)} lessons and {sum(x.deep for x in lessons)} "
-          f"deep dives, {len(pages)} pages, "
-          f"{len(copied)} linked files, in {time.time() - t0:.1f} s")
+    print(
+        f"built {out}/ ({editions}): {sum(not x.deep for x in lessons)} lessons and {sum(x.deep for x in lessons)} "
+        f"deep dives, {len(pages)} pages, "
+        f"{len(copied)} linked files, in {time.time() - t0:.1f} s"
+    )
     for lesson in lessons:
         print(f"  {lesson.html:32s} {lesson.label} ({lesson.time})")
     return 0
@@ -554,7 +609,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--instructor", action="store_true", help="also build the instructor edition in OUT/instructor/")
     ap.add_argument("--title", default=COURSE_TITLE, help="the course title")
     ap.add_argument("--intro", default=COURSE_INTRO, help="the index page's introduction")
-    ap.add_argument("--root", default=None, help="folder whose files lessons may link to (default: the notebooks' parent)")
+    ap.add_argument(
+        "--root", default=None, help="folder whose files lessons may link to (default: the notebooks' parent)"
+    )
     ap.add_argument("--katex", default=None, help="KaTeX's dist folder (default: node_modules/katex/dist)")
     args = ap.parse_args(argv)
     try:

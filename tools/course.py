@@ -69,8 +69,12 @@ def header(path: Path) -> dict:
     src = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
     time_text = _TIME.search(src).group(1).rstrip(".")
     summary = " ".join(line[1:].strip() for line in src.splitlines() if line.startswith(">"))
-    return {"title": _TITLE.search(src).group(1), "summary": summary, "time": time_text,
-            "minutes": sum(int(m) for m in re.findall(r"(\d+)\s*min", time_text))}
+    return {
+        "title": _TITLE.search(src).group(1),
+        "summary": summary,
+        "time": time_text,
+        "minutes": sum(int(m) for m in re.findall(r"(\d+)\s*min", time_text)),
+    }
 
 
 def _hm(minutes: int) -> str:
@@ -85,7 +89,9 @@ def lesson_table(root: Path = ROOT) -> str:
         h = header(p)
         d = deep.get(number(p))
         further = f"[in depth](notebooks/{d.name}) ({_hm(header(d)['minutes'])})" if d else ""
-        rows.append(f"| {number(p):02d} | [{h['title']}](notebooks/{p.name}): {h['summary']} | {h['time']} | {further} |")
+        rows.append(
+            f"| {number(p):02d} | [{h['title']}](notebooks/{p.name}): {h['summary']} | {h['time']} | {further} |"
+        )
     return "\n".join(rows)
 
 
@@ -97,22 +103,29 @@ def workshop_plan(root: Path = ROOT) -> str:
     core = sum(t[n] for n in first)
     one = [t[n] for n in later] or [0]
     names = lambda ns: ", ".join(f"{n:02d}" for n in ns)  # noqa: E731
-    return "\n".join([
-        "| plan | lessons | time (teaching + exercises) |", "|---|---|---|",
-        f"| one day | {names(first)}, then one of {names(later)} | {_hm(core + min(one))} to {_hm(core + max(one))} |",
-        f"| two days, day 1 | {names(first)} | {_hm(core)} |",
-        f"| two days, day 2 | {names(later)} | {_hm(sum(t[n] for n in later))} |",
-        "",
-        f"Each lesson states its time in its first cell: at least its words at 130 a minute plus 8 minutes an exercise, "
-        f"at most 90 (a test checks it). Add breaks: about an hour a day. The deep dives are for afterwards, "
-        f"{_hm(sum(header(p)['minutes'] for p in deep_dives(root)))} in all.",
-    ])
+    return "\n".join(
+        [
+            "| plan | lessons | time (teaching + exercises) |",
+            "|---|---|---|",
+            f"| one day | {names(first)}, then one of {names(later)} | {_hm(core + min(one))} to {_hm(core + max(one))} |",
+            f"| two days, day 1 | {names(first)} | {_hm(core)} |",
+            f"| two days, day 2 | {names(later)} | {_hm(sum(t[n] for n in later))} |",
+            "",
+            f"Each lesson states its time in its first cell: at least its words at 130 a minute plus 8 minutes an exercise, "
+            f"at most 90 (a test checks it). Add breaks: about an hour a day. The deep dives are for afterwards, "
+            f"{_hm(sum(header(p)['minutes'] for p in deep_dives(root)))} in all.",
+        ]
+    )
 
 
 def fill(text: str, blocks: dict) -> str:
     for name, body in blocks.items():
-        text = re.sub(rf"(<!-- {name}:start -->\n).*?(<!-- {name}:end -->)", lambda m: m.group(1) + body + "\n" + m.group(2),
-                      text, flags=re.S)
+        text = re.sub(
+            rf"(<!-- {name}:start -->\n).*?(<!-- {name}:end -->)",
+            lambda m: m.group(1) + body + "\n" + m.group(2),
+            text,
+            flags=re.S,
+        )
     return text
 
 

@@ -21,7 +21,9 @@ import nbtidy  # noqa: E402
 def execute(path: Path, timeout: int = 600) -> float:
     nb = nbformat.read(path, as_version=4)
     t0 = time.time()
-    NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
+    NotebookClient(
+        nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+    ).execute()
     elapsed = time.time() - t0
     path.write_text(nbtidy.dumps(nbtidy.tidy(nbformat.from_dict(nb))))
     return elapsed

@@ -36,8 +36,11 @@ GENERATED = re.compile(r"^# Generated from (notebooks/\S+\.ipynb)(?: and noteboo
 
 
 def header(notebooks: list[str], target: str) -> str:
-    return HEADER.format(notebook=" and ".join(notebooks), target=target,
-                         that="that notebook" if len(notebooks) == 1 else "those notebooks")
+    return HEADER.format(
+        notebook=" and ".join(notebooks),
+        target=target,
+        that="that notebook" if len(notebooks) == 1 else "those notebooks",
+    )
 
 
 def export_cells(nb_path: Path) -> list[tuple[str, str]]:
@@ -66,8 +69,10 @@ def modules(root: Path = ROOT) -> dict[str, str]:
                 raise ValueError(f"{rel_nb}: export target {target!r} must be a .py file under helpers/.")
             first = sources.setdefault(target, [rel_nb])[0]
             if course.number(Path(first)) != course.number(nb_path):  # a lesson and its deep dive may share one
-                raise ValueError(f"{target} is exported from both {first} and {rel_nb}: one lesson (a core notebook "
-                                 f"and its deep dive) per module.")
+                raise ValueError(
+                    f"{target} is exported from both {first} and {rel_nb}: one lesson (a core notebook "
+                    f"and its deep dive) per module."
+                )
             if rel_nb not in sources[target]:
                 sources[target].append(rel_nb)
             bodies.setdefault(target, []).append("\n".join(line.rstrip() for line in code.splitlines()))
@@ -93,9 +98,15 @@ def problems(root: Path = ROOT) -> list[str]:
         if not p.exists():
             found.append(f"{target} is missing: run `make export`.")
         elif p.read_text() != text:
-            diff = list(difflib.unified_diff(p.read_text().splitlines(), text.splitlines(), "library", "notebook", n=1, lineterm=""))
-            found.append(f"{target} differs from the cells of {GENERATED.match(text).group(1)}: run `make export` "
-                         f"(or move your edit into the notebook).\n    " + "\n    ".join(diff[:30]))
+            diff = list(
+                difflib.unified_diff(
+                    p.read_text().splitlines(), text.splitlines(), "library", "notebook", n=1, lineterm=""
+                )
+            )
+            found.append(
+                f"{target} differs from the cells of {GENERATED.match(text).group(1)}: run `make export` "
+                f"(or move your edit into the notebook).\n    " + "\n    ".join(diff[:30])
+            )
     for target in generated_files(root):
         if target not in want:
             found.append(f"{target} says it is generated, but no notebook exports it any more: delete it.")

@@ -2,6 +2,7 @@
 
 python tools/gpu_smoke.py   -> one line per failing (kernel, dtype, case), then 'N passed, N failed'.
 """
+
 import sys
 
 import torch
@@ -10,9 +11,15 @@ import helpers as h
 from helpers.kernels import softmax_tiled
 
 KERNELS = {
-    "fused": h.softmax_fused, "three_pass": h.softmax_three_pass, "online": h.softmax_online,
-    "online_b64": lambda x: h.softmax_online(x, block_size=64), "persistent": h.softmax_persistent,
-    "tiled": softmax_tiled, "split": h.softmax_split, "split_coop": h.softmax_split_coop, "softmax": h.softmax,
+    "fused": h.softmax_fused,
+    "three_pass": h.softmax_three_pass,
+    "online": h.softmax_online,
+    "online_b64": lambda x: h.softmax_online(x, block_size=64),
+    "persistent": h.softmax_persistent,
+    "tiled": softmax_tiled,
+    "split": h.softmax_split,
+    "split_coop": h.softmax_split_coop,
+    "softmax": h.softmax,
 }
 
 
@@ -28,7 +35,9 @@ def cases(dtype):
     yield "col-strided", r(64, 1000)[:, ::3]
     yield "permuted 3-D", r(4, 6, 90).permute(1, 0, 2)
     x = r(6, 200)
-    x[0, 5] = float("inf"); x[1, :] = float("-inf"); x[2, 7] = float("nan"); x[3, :100] = float("-inf")
+    x[0, 5], x[2, 7] = float("inf"), float("nan")
+    x[1, :] = float("-inf")
+    x[3, :100] = float("-inf")
     x[4, 150] = 1000.0
     yield "special", x
     yield "long 2x70000", r(2, 70000)
@@ -52,7 +61,9 @@ def main():
                     ok += 1
                 except Exception as e:
                     bad += 1
-                    print(f"FAIL {kname:11} {str(dtype):15} {cname:16} {type(e).__name__}: {str(e).splitlines()[0][:150]}")
+                    print(
+                        f"FAIL {kname:11} {str(dtype):15} {cname:16} {type(e).__name__}: {str(e).splitlines()[0][:150]}"
+                    )
     print(h.banner())
     print(f"{ok} passed, {bad} failed")
     return 1 if bad else 0

@@ -35,10 +35,20 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 
 # arguments that choose the served directory, or whether a browser opens (prefixes, before any "=")
-_DIR_OPTIONS = ("--notebook-dir", "--ServerApp.root_dir", "--ServerApp.notebook_dir",
-                "--NotebookApp.notebook_dir", "--LabApp.notebook_dir")
-_BROWSER_OPTIONS = ("--no-browser", "--ServerApp.open_browser", "--ExtensionApp.open_browser",
-                    "--LabApp.open_browser", "--NotebookApp.open_browser")
+_DIR_OPTIONS = (
+    "--notebook-dir",
+    "--ServerApp.root_dir",
+    "--ServerApp.notebook_dir",
+    "--NotebookApp.notebook_dir",
+    "--LabApp.notebook_dir",
+)
+_BROWSER_OPTIONS = (
+    "--no-browser",
+    "--ServerApp.open_browser",
+    "--ExtensionApp.open_browser",
+    "--LabApp.open_browser",
+    "--NotebookApp.open_browser",
+)
 
 
 def is_root() -> bool:
@@ -61,8 +71,9 @@ def _given(args: list[str], options: tuple[str, ...]) -> bool:
     return any(a.split("=", 1)[0] in options for a in args)
 
 
-def build_command(args: list[str], *, root: bool, display: bool,
-                  python: str | None = None, notebooks: Path = NOTEBOOKS) -> list[str]:
+def build_command(
+    args: list[str], *, root: bool, display: bool, python: str | None = None, notebooks: Path = NOTEBOOKS
+) -> list[str]:
     """The JupyterLab command line for the extra arguments `args`."""
     cmd = [python or sys.executable, "-m", "jupyterlab"]
     if not _given(args, _DIR_OPTIONS):
@@ -91,9 +102,12 @@ def main(argv: list[str]) -> int:
         print(shlex.join(cmd) if os.name == "posix" else subprocess.list2cmdline(cmd))
         return 0
     if not display and not _given(args, _BROWSER_OPTIONS):
-        print("tools/lab.py: no display here, so no browser opens. Open the URL with the token that "
-              "JupyterLab prints below (from another machine: an SSH tunnel, see README 'Start').",
-              file=sys.stderr, flush=True)
+        print(
+            "tools/lab.py: no display here, so no browser opens. Open the URL with the token that "
+            "JupyterLab prints below (from another machine: an SSH tunnel, see README 'Start').",
+            file=sys.stderr,
+            flush=True,
+        )
     env = lab_env()
     if os.name == "posix":
         # replace this process: Ctrl-C and signals reach JupyterLab directly

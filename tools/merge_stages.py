@@ -44,34 +44,73 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import helpers  # noqa: E402  (first: interpreter or GPU)
 import torch  # noqa: E402
+
 from helpers import gpu_data  # noqa: E402
 from helpers.kernels import sampling  # noqa: E402
 from helpers.mode import DEVICE, ON_GPU  # noqa: E402
 
-SHAPES = [(1, 256000, "float32"), (8, 128256, "float32"), (64, 256000, "float32"),
-          (256, 128256, "float32"), (256, 256000, "float32"), (256, 256000, "bfloat16")]
-STEPS = {0: "launch", 1: "pair", 2: "lanes", 3: "search", 4: "lists", 5: "kept chunks", 6: "unclean lanes",
-         7: "sort", 9: "probabilities"}
+SHAPES = [
+    (1, 256000, "float32"),
+    (8, 128256, "float32"),
+    (64, 256000, "float32"),
+    (256, 128256, "float32"),
+    (256, 256000, "float32"),
+    (256, 256000, "bfloat16"),
+]
+STEPS = {
+    0: "launch",
+    1: "pair",
+    2: "lanes",
+    3: "search",
+    4: "lists",
+    5: "kept chunks",
+    6: "unclean lanes",
+    7: "sort",
+    9: "probabilities",
+}
 # A store that keeps values alive without a reduction: predicated on a value no lane holds, so it never writes.
 KEEP = "tl.store(out_ptr + row * k + lane * 0, {v}.to(out_ptr.dtype.element_ty), mask={v} == 1.2345e-38)"
 # (the line after which each cut goes, the cut's stores); out_ptr + row * k is the row's first output.
 CUTS = [
     ("row = tl.program_id(0).to(tl.int64)", ["tl.store(out_ptr + row * k, (row * 0).to(out_ptr.dtype.element_ty))"]),
-    ("d = tl.sum(d_s * tl.exp2((m_s - m) * sl2e), 0)", ["tl.store(out_ptr + row * k, (m + d).to(out_ptr.dtype.element_ty))"]),
-    ("u = tl.where(real, ordered_bits(lane_max), -2**31)",
-     [KEEP.format(v="(lane_max + lane_v2 + lane_col.to(tl.float32))"), "tl.store(out_ptr + row * k, (m + d).to(out_ptr.dtype.element_ty))"]),
-    ("T = (t - 2**31).to(tl.int32)",
-     [KEEP.format(v="(lane_v2 + lane_col.to(tl.float32))"), "tl.store(out_ptr + row * k, (m + d + T.to(tl.float32)).to(out_ptr.dtype.element_ty))"]),
-    ("tl.debug_barrier()  # the buffers, written by all threads, are read below",
-     ["tl.store(out_ptr + row * k, (m + d + (n_keep + n_unclean).to(tl.float32)).to(out_ptr.dtype.element_ty))"]),
-    ("count = tl.sum(chit.to(tl.int32), 0) + tl.where(n_keep > CAP, CAP + 1, 0)  # an overflow stays one",
-     ["tl.store(out_ptr + row * k, (m + d + count.to(tl.float32)).to(out_ptr.dtype.element_ty))"]),
-    (None, ["tl.store(out_ptr + row * k, (m + d + count.to(tl.float32)).to(out_ptr.dtype.element_ty))"]),  # before the sort
-    ("col = key_column(top)",
-     ["tl.store(out_ptr + row * k + tl.arange(0, K), v.to(out_ptr.dtype.element_ty), mask=tl.arange(0, K) < k)",
-      "tl.store(idx_ptr + row * k + tl.arange(0, K), col, mask=tl.arange(0, K) < k)"]),
+    (
+        "d = tl.sum(d_s * tl.exp2((m_s - m) * sl2e), 0)",
+        ["tl.store(out_ptr + row * k, (m + d).to(out_ptr.dtype.element_ty))"],
+    ),
+    (
+        "u = tl.where(real, ordered_bits(lane_max), -2**31)",
+        [
+            KEEP.format(v="(lane_max + lane_v2 + lane_col.to(tl.float32))"),
+            "tl.store(out_ptr + row * k, (m + d).to(out_ptr.dtype.element_ty))",
+        ],
+    ),
+    (
+        "T = (t - 2**31).to(tl.int32)",
+        [
+            KEEP.format(v="(lane_v2 + lane_col.to(tl.float32))"),
+            "tl.store(out_ptr + row * k, (m + d + T.to(tl.float32)).to(out_ptr.dtype.element_ty))",
+        ],
+    ),
+    (
+        "tl.debug_barrier()  # the buffers, written by all threads, are read below",
+        ["tl.store(out_ptr + row * k, (m + d + (n_keep + n_unclean).to(tl.float32)).to(out_ptr.dtype.element_ty))"],
+    ),
+    (
+        "count = tl.sum(chit.to(tl.int32), 0) + tl.where(n_keep > CAP, CAP + 1, 0)  # an overflow stays one",
+        ["tl.store(out_ptr + row * k, (m + d + count.to(tl.float32)).to(out_ptr.dtype.element_ty))"],
+    ),
+    (
+        None,
+        ["tl.store(out_ptr + row * k, (m + d + count.to(tl.float32)).to(out_ptr.dtype.element_ty))"],
+    ),  # before the sort
+    (
+        "col = key_column(top)",
+        [
+            "tl.store(out_ptr + row * k + tl.arange(0, K), v.to(out_ptr.dtype.element_ty), mask=tl.arange(0, K) < k)",
+            "tl.store(idx_ptr + row * k + tl.arange(0, K), col, mask=tl.arange(0, K) < k)",
+        ],
+    ),
 ]
 SORT_LINE = "    if (count <= CAP) & (n_unclean <= UCAP):"
 
@@ -91,13 +130,17 @@ def staged_source(src: str) -> str:
             at, indent = anchor_at, "    "
         else:
             if src.count(anchor) != 1:
-                raise ValueError(f"lane_merge_kernel has {src.count(anchor)} lines with {anchor!r}, not one: "
-                                 f"update tools/merge_stages.py's cuts to the lesson's kernel")
+                raise ValueError(
+                    f"lane_merge_kernel has {src.count(anchor)} lines with {anchor!r}, not one: "
+                    f"update tools/merge_stages.py's cuts to the lesson's kernel"
+                )
             i = src.index(anchor)
             line_start = src.rindex("\n", 0, i) + 1
             indent = src[line_start:i]
             at = src.index("\n", i) + 1
-        cut = "".join(f"{indent}{line}\n" for line in [f"if STOP == {stop}:"] + ["    " + s for s in stores] + ["    return"])
+        cut = "".join(
+            f"{indent}{line}\n" for line in [f"if STOP == {stop}:"] + ["    " + s for s in stores] + ["    return"]
+        )
         src = src[:at] + cut + src[at:]
     return src
 
@@ -108,15 +151,18 @@ def staged_kernel():
     once a run: the cuts are the same at every shape."""
     src = inspect.getsource(sampling.lane_merge_kernel.fn)
     src = staged_source(src)
-    names = sorted(n for n in vars(sampling) if not n.startswith("_") and n != "lane_merge_kernel"
-                   and re.search(rf"\b{n}\b", src))
+    names = sorted(
+        n for n in vars(sampling) if not n.startswith("_") and n != "lane_merge_kernel" and re.search(rf"\b{n}\b", src)
+    )
     folder = tempfile.mkdtemp(prefix="merge_stages_")
     # Triton (and its interpreter, at a kernel's first call) reads the source back from the file, so it stays
     # until the process ends, and goes then.
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     path = Path(folder) / "merge_stages_kernel.py"
-    path.write_text("import triton\nimport triton.language as tl\n"
-                    f"from helpers.kernels.sampling import {', '.join(names)}\n\n\n{src}")
+    path.write_text(
+        "import triton\nimport triton.language as tl\n"
+        f"from helpers.kernels.sampling import {', '.join(names)}\n\n\n{src}"
+    )
     spec = importlib.util.spec_from_file_location("merge_stages_kernel", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -135,6 +181,7 @@ def captured_merge(x, k=50):
             def launch(*args, **kwargs):
                 seen.update(grid=grid, args=args, kwargs=kwargs)
                 return real[grid](*args, **kwargs)
+
             return launch
 
     sampling.lane_merge_kernel = Recorder()
@@ -154,6 +201,7 @@ def captured_merge(x, k=50):
         if stop is None:
             return real[seen["grid"]](*seen["args"], **kwargs)
         return staged[seen["grid"]](*seen["args"], **kwargs, STOP=stop)
+
     return values, indices, merge, kwargs
 
 
@@ -188,21 +236,38 @@ def main(argv=None) -> int:
     rows = []
     for M, N, dtype in SHAPES:
         x = (3 * torch.randn((M, N), generator=torch.Generator(device="cuda").manual_seed(0), device="cuda")).to(
-            getattr(torch, dtype))
+            getattr(torch, dtype)
+        )
         values, indices, merge, kw = captured_merge(x)
         ref = torch.softmax(x.double(), -1).topk(50)
         err = (values.double() - ref.values).abs().max().item()
         assert err < (1e-5 if dtype == "float32" else 1e-2), f"softmax_topk off by {err:.1e} at {M} x {N} {dtype}"
         y = torch.empty_like(x)
-        fns = {**{STEPS[s]: (lambda s=s: merge(s)) for s in STEPS}, "library": lambda: merge(None),
-               "softmax_topk": lambda: sampling.softmax_topk(x, 50), "copy": lambda: y.copy_(x)}
+        fns = {
+            **{STEPS[s]: (lambda s=s: merge(s)) for s in STEPS},
+            "library": lambda: merge(None),
+            "softmax_topk": lambda: sampling.softmax_topk(x, 50),
+            "copy": lambda: y.copy_(x),
+        }
         for fn in fns.values():  # one call of each first, not kept (compilation, clocks, caches)
             gpu_ms(fn)
         timed = interleaved(fns)  # name -> (median ms, spread) over 3 rounds, each timing every cut once in turn
         for name, (ms, sp) in timed.items():
             stop = next((s for s, n in STEPS.items() if n == name), "")
-            rows.append(dict(dtype=dtype, M=M, N=N, stop=stop, step=name, graph_us=ms * 1e3, spread=sp,
-                             lanes=kw["LANES"], merge_warps=kw["num_warps"], err=err))
+            rows.append(
+                dict(
+                    dtype=dtype,
+                    M=M,
+                    N=N,
+                    stop=stop,
+                    step=name,
+                    graph_us=ms * 1e3,
+                    spread=sp,
+                    lanes=kw["LANES"],
+                    merge_warps=kw["num_warps"],
+                    err=err,
+                )
+            )
         print(f"{M} x {N} {dtype}: " + ", ".join(f"{n} {ms * 1e3:.2f}" for n, (ms, _) in timed.items()), flush=True)
     cmd = "python " + " ".join(["tools/merge_stages.py"] + (argv if argv is not None else sys.argv[1:]))
     out = Path(args.out) if args.out else gpu_data.DATA_DIR / f"topk_merge_stages_{gpu_data.gpu_short_name()}.csv"

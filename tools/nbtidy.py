@@ -38,7 +38,11 @@ def tidy(nb: dict) -> dict:
             joined = []
             for out in cell.get("outputs", []):
                 last = joined[-1] if joined else {}
-                if out.get("output_type") == "stream" and last.get("output_type") == "stream" and last.get("name") == out.get("name"):
+                if (
+                    out.get("output_type") == "stream"
+                    and last.get("output_type") == "stream"
+                    and last.get("name") == out.get("name")
+                ):
                     last["text"] = "".join(last["text"]) + "".join(out["text"])
                 else:
                     joined.append(out)

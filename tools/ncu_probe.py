@@ -54,8 +54,12 @@ def run_case(name: str) -> None:
     if what == "backward":  # y = softmax(x) and a random dy, made before the profiled calls
         y = torch.softmax(x.float(), -1).to(x.dtype)
         dy = torch.randn_like(x)
-    fn = {"softmax": helpers.softmax, "split": helpers.softmax_split, "copy": lambda t: y.copy_(t),
-          "backward": lambda t: helpers.softmax_backward(y, dy)}[what]
+    fn = {
+        "softmax": helpers.softmax,
+        "split": helpers.softmax_split,
+        "copy": lambda t: y.copy_(t),
+        "backward": lambda t: helpers.softmax_backward(y, dy),
+    }[what]
     fn(x)
     torch.cuda.synchronize()
     fn(x)
@@ -73,16 +77,34 @@ def main(argv) -> int:
             continue
         # torch.randn's kernel is an elementwise one too: a copy case skips it and the warm-up copy.
         regex, skip = {"copy": ("regex:elementwise|copy", 2), "backward": ("regex:softmax_backward", per_call)}.get(
-            what, ("regex:softmax", per_call))
-        cmd = ["ncu", "--clock-control", "none", "--cache-control", os.environ.get("NCU_CACHE_CONTROL", "all"), "--csv", "--page", "details", "--launch-skip", str(skip),
-               "--launch-count", str(per_call), "--kernel-name", regex]
+            what, ("regex:softmax", per_call)
+        )
+        cmd = [
+            "ncu",
+            "--clock-control",
+            "none",
+            "--cache-control",
+            os.environ.get("NCU_CACHE_CONTROL", "all"),
+            "--csv",
+            "--page",
+            "details",
+            "--launch-skip",
+            str(skip),
+            "--launch-count",
+            str(per_call),
+            "--kernel-name",
+            regex,
+        ]
         for s in SECTIONS:
             cmd += ["--section", s]
         cmd += [sys.executable, str(Path(__file__).resolve()), "--case", name]
         res = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
         (out / f"ncu_{name}.csv").write_text(res.stdout)
-        print(f"{name}: rc={res.returncode}, {len(res.stdout.splitlines())} lines"
-              + (f"; stderr: {res.stderr.strip()[-300:]}" if res.returncode else ""), flush=True)
+        print(
+            f"{name}: rc={res.returncode}, {len(res.stdout.splitlines())} lines"
+            + (f"; stderr: {res.stderr.strip()[-300:]}" if res.returncode else ""),
+            flush=True,
+        )
     return 0
 
 

@@ -7,10 +7,10 @@ One row per profiled kernel: duration, DRAM throughput (% of peak and bytes/s), 
 (throughput x duration), L2 hit rate, achieved and theoretical occupancy, registers, and the
 warp-state rule's sentence (what ncu says limits the kernel).
 """
+
 import argparse
 import csv
 import io
-import re
 import sys
 from pathlib import Path
 

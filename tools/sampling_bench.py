@@ -40,8 +40,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import helpers  # noqa: E402  (first: interpreter or GPU)
 import torch  # noqa: E402
+
 from helpers import gpu_data, lesson09  # noqa: E402
 from helpers.mode import DEVICE, ON_GPU  # noqa: E402
 
@@ -72,7 +72,9 @@ def smoke() -> int:
                 err = (out[0].double() - torch.softmax(x.double(), -1).topk(50).values).abs().max().item()
                 assert err < 1e-5, f"max abs error {err:.1e}"
             elif name.endswith("sample"):
-                assert out.shape == (3,) and (x.topk(50).indices == out[:, None]).any(-1).all(), "a token outside the top 50"
+                assert out.shape == (3,) and (x.topk(50).indices == out[:, None]).any(-1).all(), (
+                    "a token outside the top 50"
+                )
             print(f"{name}: ok")
         except Exception as e:
             failed += 1
@@ -86,8 +88,11 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="one round per timing")
     ap.add_argument("--smoke", action="store_true", help="run each provider once on tiny shapes; time nothing")
     ap.add_argument("--dtypes", default="float32,bfloat16")
-    ap.add_argument("--providers", default=",".join(lesson09.PROVIDERS),
-                    help="comma-separated subset of " + ", ".join(lesson09.PROVIDERS) + " (copy is always timed)")
+    ap.add_argument(
+        "--providers",
+        default=",".join(lesson09.PROVIDERS),
+        help="comma-separated subset of " + ", ".join(lesson09.PROVIDERS) + " (copy is always timed)",
+    )
     ap.add_argument("--ms", default=",".join(map(str, MS)), help="row counts M")
     ap.add_argument("--ns", default=",".join(map(str, NS)), help="row lengths N")
     args = ap.parse_args(argv)

@@ -39,8 +39,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import helpers  # noqa: E402  (first: interpreter or GPU)
 import torch  # noqa: E402
+
 from helpers import gpu_data, lesson09  # noqa: E402
 from helpers.mode import ON_GPU  # noqa: E402
 
@@ -70,8 +70,10 @@ def check(fs) -> dict:
         tv_fi = 0.5 * (freq(fs.top_k_top_p_sampling_from_logits(rows / T, K, P)) - q).abs().sum().item()
         tv_course = 0.5 * (freq(lesson09.sample(rows, temperature=T, top_k=K, top_p=P)) - q).abs().sum().item()
         kept = int((q > 0).sum())
-        print(f"N = {N}: ids in the top {K} (first call {first_s:.1f} s); 8192 draws of one row ({kept} tokens kept): "
-              f"total variation from the exact distribution {tv_fi:.4f} (FlashInfer), {tv_course:.4f} (course)")
+        print(
+            f"N = {N}: ids in the top {K} (first call {first_s:.1f} s); 8192 draws of one row ({kept} tokens kept): "
+            f"total variation from the exact distribution {tv_fi:.4f} (FlashInfer), {tv_course:.4f} (course)"
+        )
         assert tv_fi < 0.05, f"N = {N}: FlashInfer's frequencies are {tv_fi:.3f} away from the distribution"
         out[f"tv_{N}"] = f"flashinfer {tv_fi:.4f}, course {tv_course:.4f} ({kept} tokens kept)"
         for dt in (torch.bfloat16,):
@@ -85,8 +87,10 @@ def check(fs) -> dict:
     probs = fs.softmax(x, temperature=T)
     err = (probs.double() - torch.softmax(x.double() / T, -1)).abs().max().item()
     renorm = fs.top_k_renorm_probs(probs, K)
-    print(f"softmax(x, temperature=0.7): max abs error {err:.1e}; top_k_renorm_probs: "
-          f"{(renorm > 0).sum(-1).tolist()} nonzero, sums {[round(s, 5) for s in renorm.sum(-1).tolist()]}")
+    print(
+        f"softmax(x, temperature=0.7): max abs error {err:.1e}; top_k_renorm_probs: "
+        f"{(renorm > 0).sum(-1).tolist()} nonzero, sums {[round(s, 5) for s in renorm.sum(-1).tolist()]}"
+    )
     assert err < 1e-5 and (renorm > 0).sum(-1).eq(K).all()
     for N in (32000, 128256):
         x = torch.randn(8, N, device="cuda", generator=g).mul(3)
@@ -111,8 +115,11 @@ def main(argv=None) -> int:
     ap.add_argument("--dtypes", default="float32,bfloat16")
     ap.add_argument("--ms", default=",".join(map(str, MS)), help="row counts M")
     ap.add_argument("--ns", default=",".join(map(str, NS)), help="row lengths N")
-    ap.add_argument("--no-radix", action="store_true",
-                    help="keep FlashInfer off its radix top-k path (its masked whole-row path at every N)")
+    ap.add_argument(
+        "--no-radix",
+        action="store_true",
+        help="keep FlashInfer off its radix top-k path (its masked whole-row path at every N)",
+    )
     args = ap.parse_args(argv)
     if not ON_GPU:
         print("tools/sampling_flashinfer.py measures on a GPU, and this machine has none.", file=sys.stderr)
@@ -121,8 +128,10 @@ def main(argv=None) -> int:
         import flashinfer
         import flashinfer.sampling as fs
     except Exception as e:
-        print(f"FlashInfer does not import here ({type(e).__name__}: {e}): pip install flashinfer-python.",
-              file=sys.stderr)
+        print(
+            f"FlashInfer does not import here ({type(e).__name__}: {e}): pip install flashinfer-python.",
+            file=sys.stderr,
+        )
         return 2
     print(f"flashinfer {flashinfer.__version__}")
     no_radix = args.no_radix
@@ -131,14 +140,19 @@ def main(argv=None) -> int:
             fs.top_k_top_p_sampling_from_logits(torch.randn(2, 1 << 17, device="cuda"), K, P)
             torch.cuda.synchronize()
         except Exception as e:
-            print(f"FlashInfer's radix top-k path does not run here ({type(e).__name__}: {str(e)[:160]}); "
-                  "timing its masked whole-row path at every N", file=sys.stderr)
+            print(
+                f"FlashInfer's radix top-k path does not run here ({type(e).__name__}: {str(e)[:160]}); "
+                "timing its masked whole-row path at every N",
+                file=sys.stderr,
+            )
             no_radix = True
     if no_radix:  # a private setting of FlashInfer's: without it the CSV would name a path that was not timed
         if not hasattr(fs, "_TOP_K_FIRST_FAST_PATH_MIN_VOCAB"):
-            print(f"flashinfer {flashinfer.__version__} has no _TOP_K_FIRST_FAST_PATH_MIN_VOCAB: this script cannot "
-                  "keep it off its radix top-k path; time its default path (without --no-radix) instead.",
-                  file=sys.stderr)
+            print(
+                f"flashinfer {flashinfer.__version__} has no _TOP_K_FIRST_FAST_PATH_MIN_VOCAB: this script cannot "
+                "keep it off its radix top-k path; time its default path (without --no-radix) instead.",
+                file=sys.stderr,
+            )
             return 2
         fs._TOP_K_FIRST_FAST_PATH_MIN_VOCAB = 1 << 62
     checked = check(fs)
@@ -152,9 +166,12 @@ def main(argv=None) -> int:
     shapes = [(int(m), int(n)) for m in args.ms.split(",") for n in args.ns.split(",")]
     rows = lesson09.sampling_rows(shapes, dtypes=tuple(args.dtypes.split(",")), provs=provs)
     cmd = "python " + " ".join(["tools/sampling_flashinfer.py"] + (argv if argv is not None else sys.argv[1:]))
-    meta = {**gpu_data.provenance(cmd), "flashinfer": flashinfer.__version__,
-            "flashinfer_path": "masked whole row at every N" if no_radix else "radix top-k first from 65536 columns",
-            **checked}
+    meta = {
+        **gpu_data.provenance(cmd),
+        "flashinfer": flashinfer.__version__,
+        "flashinfer_path": "masked whole row at every N" if no_radix else "radix top-k first from 65536 columns",
+        **checked,
+    }
     out = Path(args.out) if args.out else gpu_data.DATA_DIR / f"sampling_flashinfer_{gpu_tag()}.csv"
     gpu_data.write_csv(out, rows, meta)
     print(f"wrote {out} ({len(rows)} rows) in {time.time() - t0:.0f} s")

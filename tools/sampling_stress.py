@@ -34,8 +34,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import helpers  # noqa: E402  (first: interpreter or GPU)
 import torch  # noqa: E402
+
+import helpers  # noqa: E402  (first: interpreter or GPU)
 from helpers import gpu_data, launch  # noqa: E402
 from helpers.kernels import sampling  # noqa: E402
 
@@ -138,8 +139,9 @@ def path_of(api, M, N, k=None, temperature=1.0, top_k=None, top_p=None):
     """Which kernels (or sort) the call takes, as the wrappers decide."""
     if api == "softmax_topk":
         K = sampling.candidate_lanes(k)
-        return "softmax_topk " + ("sort" if k > sampling.MAX_K else "lanes" if sampling.use_lanes(M, N, K)
-                                  else "per_program")
+        return "softmax_topk " + (
+            "sort" if k > sampling.MAX_K else "lanes" if sampling.use_lanes(M, N, K) else "per_program"
+        )
     if temperature == 0:
         return "sample greedy " + ("lanes" if sampling.use_lanes(M, N, 2) else "per_program")
     if not sampling.MIN_TEMPERATURE <= temperature <= sampling.MAX_TEMPERATURE:
@@ -159,9 +161,13 @@ def draw_setting(rng):
     if rng.random() < 0.3:
         return {"api": "softmax_topk", "k": rng.choice(TOP_K)}  # cut to the row's length at the call
     temperature = 0 if rng.random() < 0.12 else rng.choice(TEMPERATURES)
-    return {"api": "sample", "temperature": temperature,
-            "top_k": rng.choice((None,) + TOP_K) if rng.random() < 0.8 else None,
-            "top_p": rng.choice((None, 1.0) + TOP_P), "repeat": 20 if rng.random() < 0.1 else rng.randint(1, 3)}
+    return {
+        "api": "sample",
+        "temperature": temperature,
+        "top_k": rng.choice((None,) + TOP_K) if rng.random() < 0.8 else None,
+        "top_p": rng.choice((None, 1.0) + TOP_P),
+        "repeat": 20 if rng.random() < 0.1 else rng.randint(1, 3),
+    }
 
 
 def draw_shape(rng, small, max_elements):
@@ -178,8 +184,9 @@ def draw_shape(rng, small, max_elements):
 def churn(rng, device, pool):
     """Make and free tensors of poison (0xFF bytes), so freed memory never holds an old right answer."""
     for _ in range(rng.randint(0, 3)):
-        pool.append(torch.full((rng.randint(1, 1 << rng.choice((10, 16, 20, 24))),), 255, dtype=torch.uint8,
-                               device=device))
+        pool.append(
+            torch.full((rng.randint(1, 1 << rng.choice((10, 16, 20, 24))),), 255, dtype=torch.uint8, device=device)
+        )
     while len(pool) > 6 or (pool and rng.random() < 0.5):
         pool.pop(rng.randrange(len(pool)))
 
@@ -213,22 +220,34 @@ def one_call(shape, s, call_seed, strided, fns):
 
 
 #: One call of each kernel and mode, on small inputs (--cover: what compute-sanitizer runs, each once).
-COVER = [((4, 32000, torch.float32, "randn"), dict(api="softmax_topk", k=50)),       # lanes, MODE 0
-         ((4, 32000, torch.float32, "randn"), dict(api="sample", temperature=0.7, top_k=50, top_p=0.9)),  # MODE 1
-         ((4, 32000, torch.bfloat16, "logprobs"), dict(api="sample", temperature=0, top_k=None, top_p=None)),  # 2
-         ((8, 4096, torch.float16, "ties"), dict(api="sample", temperature=1.0, top_k=10, top_p=None)),  # whole row
-         ((3, 50257, torch.float32, "minus_inf"), dict(api="softmax_topk", k=64)),    # lanes, -inf rows
-         ((2, 128256, torch.bfloat16, "randn"), dict(api="sample", temperature=1.0, top_k=64, top_p=None)),
-         ((2, 1000, torch.float32, "randn"), dict(api="softmax_topk", k=100)),        # per program, MODE 0
-         ((2, 1000, torch.bfloat16, "no_softmax"), dict(api="sample", temperature=0, top_k=None, top_p=None)),
-         ((3, 4096, torch.float32, "randn"), dict(api="sample", temperature=1.0, top_k=600, top_p=0.95)),  # K 1024
-         ((3, 4096, torch.float32, "flat"), dict(api="sample", temperature=0.7, top_k=None, top_p=0.5)),  # fallback
-         ((2, 4096, torch.float16, "randn"), dict(api="sample", temperature=1.3, top_k=None, top_p=None)),  # Gumbel
-         ((2, 2000, torch.float32, "randn"), dict(api="softmax_topk", k=1025))]       # the sort
+COVER = [
+    ((4, 32000, torch.float32, "randn"), dict(api="softmax_topk", k=50)),  # lanes, MODE 0
+    ((4, 32000, torch.float32, "randn"), dict(api="sample", temperature=0.7, top_k=50, top_p=0.9)),  # MODE 1
+    ((4, 32000, torch.bfloat16, "logprobs"), dict(api="sample", temperature=0, top_k=None, top_p=None)),  # 2
+    ((8, 4096, torch.float16, "ties"), dict(api="sample", temperature=1.0, top_k=10, top_p=None)),  # whole row
+    ((3, 50257, torch.float32, "minus_inf"), dict(api="softmax_topk", k=64)),  # lanes, -inf rows
+    ((2, 128256, torch.bfloat16, "randn"), dict(api="sample", temperature=1.0, top_k=64, top_p=None)),
+    ((2, 1000, torch.float32, "randn"), dict(api="softmax_topk", k=100)),  # per program, MODE 0
+    ((2, 1000, torch.bfloat16, "no_softmax"), dict(api="sample", temperature=0, top_k=None, top_p=None)),
+    ((3, 4096, torch.float32, "randn"), dict(api="sample", temperature=1.0, top_k=600, top_p=0.95)),  # K 1024
+    ((3, 4096, torch.float32, "flat"), dict(api="sample", temperature=0.7, top_k=None, top_p=0.5)),  # fallback
+    ((2, 4096, torch.float16, "randn"), dict(api="sample", temperature=1.3, top_k=None, top_p=None)),  # Gumbel
+    ((2, 2000, torch.float32, "randn"), dict(api="softmax_topk", k=1025)),
+]  # the sort
 
 
-def run(seconds=None, calls=None, small=False, seed=0, fns=None, log=print, max_elements=32_000_000,
-        shapes=3, settings=6, epoch=150):
+def run(
+    seconds=None,
+    calls=None,
+    small=False,
+    seed=0,
+    fns=None,
+    log=print,
+    max_elements=32_000_000,
+    shapes=3,
+    settings=6,
+    epoch=150,
+):
     """Call until `seconds` have passed or `calls` calls are made; return, per path, the calls and rows. Raises
     WrongResult at the first wrong result. The calls come in epochs: each draws `shapes` shapes and `settings`
     settings and makes `epoch` calls of them in random order (fresh logits each call), so that kernels compiled
@@ -285,8 +304,16 @@ def main(argv=None) -> int:
             counts = Counter(one_call(shape, s, i, i % 2 == 1, fns)[0] for i, (shape, s) in enumerate(COVER))
             counts = {p: {"calls": c, "rows": 0} for p, c in sorted(counts.items())}
         else:
-            counts = run(a.seconds, a.calls, a.small, a.seed, max_elements=a.max_elements, shapes=a.shapes,
-                         settings=a.settings, epoch=a.epoch)
+            counts = run(
+                a.seconds,
+                a.calls,
+                a.small,
+                a.seed,
+                max_elements=a.max_elements,
+                shapes=a.shapes,
+                settings=a.settings,
+                epoch=a.epoch,
+            )
     except WrongResult as e:
         print(f"WRONG: {e}", file=sys.stderr)
         return 1
@@ -294,7 +321,9 @@ def main(argv=None) -> int:
     for path, c in counts.items():
         print(f"{path:36s} {c['calls']:8d} calls {c['rows']:10d} rows")
     total = sum(c["calls"] for c in counts.values())
-    print(f"all right: {total} calls, {sum(c['rows'] for c in counts.values())} rows, {len(counts)} paths, {took:.0f} s")
+    print(
+        f"all right: {total} calls, {sum(c['rows'] for c in counts.values())} rows, {len(counts)} paths, {took:.0f} s"
+    )
     if a.out:
         command = "python tools/sampling_stress.py " + " ".join(argv if argv is not None else sys.argv[1:])
         meta = gpu_data.provenance(command)

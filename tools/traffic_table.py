@@ -23,14 +23,19 @@ from pathlib import Path
 os.environ["TRITON_INTERPRET"] = "1"  # counting runs in the interpreter, even on a GPU machine
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import helpers  # noqa: E402
 import torch  # noqa: E402
+
+import helpers  # noqa: E402
 from helpers import data, gpu_data, traffic  # noqa: E402
 from helpers.kernels.backward import softmax_backward_tiled  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-FORWARD = {"fused": helpers.softmax_fused, "online": helpers.softmax_online, "persistent": helpers.softmax_persistent,
-           "split": helpers.softmax_split}
+FORWARD = {
+    "fused": helpers.softmax_fused,
+    "online": helpers.softmax_online,
+    "persistent": helpers.softmax_persistent,
+    "split": helpers.softmax_split,
+}
 ONE_PROGRAM_A_ROW = {"fused", "online"}
 
 
@@ -55,10 +60,16 @@ def counted_bytes(kernel: str, dtype: torch.dtype, M: int, N: int) -> tuple[int,
 def rows(gpu: str, only: set | None = None, max_n: int | None = None) -> list[dict]:
     bench = data.load("bench", gpu=gpu)
     back = data.load("backward", gpu=gpu)
-    cases = [(r.provider, r.dtype, int(r.M), int(r.N), float(r.graph_ms)) for r in bench.itertuples()
-             if r.provider in FORWARD and str(r.status if "status" in bench else "ok").startswith("ok")]
-    cases += [("backward", r.dtype, int(r.M), int(r.N), float(r.graph_ms)) for r in back.itertuples()
-              if r.provider == "course" and str(r.status).startswith("ok") and r.N <= 32768]
+    cases = [
+        (r.provider, r.dtype, int(r.M), int(r.N), float(r.graph_ms))
+        for r in bench.itertuples()
+        if r.provider in FORWARD and str(r.status if "status" in bench else "ok").startswith("ok")
+    ]
+    cases += [
+        ("backward", r.dtype, int(r.M), int(r.N), float(r.graph_ms))
+        for r in back.itertuples()
+        if r.provider == "course" and str(r.status).startswith("ok") and r.N <= 32768
+    ]
     out = []
     for kernel, dt, M, N, graph_ms in cases:
         if (only and kernel not in only) or (max_n and N > max_n) or dt not in DTYPES:
@@ -66,13 +77,26 @@ def rows(gpu: str, only: set | None = None, max_n: int | None = None) -> list[di
         nbytes, read_once, counted_rows = counted_bytes(kernel, DTYPES[dt], M, N)
         p = traffic.predict(nbytes, gpu, programs=M if kernel in ONE_PROGRAM_A_ROW else None, tensors_read=read_once)
         measured_us = graph_ms * 1e3
-        out.append({"kernel": kernel, "dtype": dt, "M": M, "N": N, "counted_rows": counted_rows, "bytes": nbytes,
-                    "copy_gbps": round(p["GB/s"], 1), "predicted_us": round(p["us"], 2),
-                    "measured_us": round(measured_us, 2), "ratio": round(p["us"] / measured_us, 3),
-                    "caveats": "; ".join(p["caveats"])})
-        print(f"{kernel:10s} {dt:9s} {M:5d} x {N:7d}: predicted {p['us']:9.2f} µs, measured {measured_us:9.2f} µs, "
-              f"ratio {p['us'] / measured_us:.2f} {('(' + ', '.join(p['caveats']) + ')') if p['caveats'] else ''}",
-              flush=True)
+        out.append(
+            {
+                "kernel": kernel,
+                "dtype": dt,
+                "M": M,
+                "N": N,
+                "counted_rows": counted_rows,
+                "bytes": nbytes,
+                "copy_gbps": round(p["GB/s"], 1),
+                "predicted_us": round(p["us"], 2),
+                "measured_us": round(measured_us, 2),
+                "ratio": round(p["us"] / measured_us, 3),
+                "caveats": "; ".join(p["caveats"]),
+            }
+        )
+        print(
+            f"{kernel:10s} {dt:9s} {M:5d} x {N:7d}: predicted {p['us']:9.2f} µs, measured {measured_us:9.2f} µs, "
+            f"ratio {p['us'] / measured_us:.2f} {('(' + ', '.join(p['caveats']) + ')') if p['caveats'] else ''}",
+            flush=True,
+        )
     return out
 
 
@@ -89,10 +113,13 @@ def main(argv=None) -> int:
         meta = {k: str(measured.get(k, "?")).split(" (")[0] for k in ("gpu", "driver", "torch", "triton", "date")}
         meta["commit"] = gpu_data.provenance()["commit"]
         meta["command"] = "python tools/traffic_table.py " + " ".join(argv if argv is not None else sys.argv[1:])
-        meta["measured"] = (f"graph_ms of bench_{a.gpu}.csv and backward_{a.gpu}.csv (GPU time; those files' headers "
-                            "say when and how)")
-        meta["predicted"] = ("bytes counted under Triton's interpreter (helpers.traffic.counting) on the CPU, Triton "
-                             f"{gpu_data.provenance()['triton']}, at the speed of the recorded copy on as many bytes")
+        meta["measured"] = (
+            f"graph_ms of bench_{a.gpu}.csv and backward_{a.gpu}.csv (GPU time; those files' headers say when and how)"
+        )
+        meta["predicted"] = (
+            "bytes counted under Triton's interpreter (helpers.traffic.counting) on the CPU, Triton "
+            f"{gpu_data.provenance()['triton']}, at the speed of the recorded copy on as many bytes"
+        )
         gpu_data.write_csv(a.out, table, meta)
         print(f"wrote {a.out}")
     return 0

@@ -19,16 +19,41 @@ plumbing they share (validation, the per-key plan cache, the direct launch) is `
 
 from ..device import gpu_props, occupancy
 from ..launch import INTERPRETER_PROGRAMS, MAX_FUSED_COLS, acc_dtype, num_warps_for
+from .attention import HEAD_DIMS, attention, attention_plan, naive_attention  # noqa: E402  (lesson 07)
+from .backward import (
+                         BACKWARD_TILED_MAX_COLS,
+                         backward_coop_plan,
+                         backward_looped_plan,
+                         backward_plan,
+                         backward_tiled_plan,
+                         softmax_backward,
+                         softmax_backward_coop,
+                         softmax_backward_coop_kernel,
+                         softmax_backward_looped,
+                         softmax_backward_looped_kernel,
+                         softmax_backward_tiled,
+                         softmax_backward_tiled_kernel,
+)
+from .dispatch import TILED_MAX_COLS, softmax, softmax_plan  # noqa: E402  (after the families it chooses from)
 from .fused import fused_plan, softmax_fused, softmax_fused_kernel
 from .online import looped_plan, softmax_online, softmax_online_kernel, softmax_three_pass, softmax_three_pass_kernel
-from .persistent import (persistent_plan, softmax_persistent, softmax_persistent_kernel, softmax_tiled,
-                         softmax_tiled_kernel, tiled_plan)
-from .split import (MAX_SPIN, coop_plan, softmax_split, softmax_split_coop, softmax_split_coop_kernel,
-                    softmax_split_normalize_kernel, softmax_split_stats_kernel, split_plan, two_launch_plan)
-from .backward import (BACKWARD_TILED_MAX_COLS, backward_coop_plan, backward_looped_plan, backward_plan,
-                       backward_tiled_plan, softmax_backward, softmax_backward_coop, softmax_backward_coop_kernel,
-                       softmax_backward_looped, softmax_backward_looped_kernel, softmax_backward_tiled,
-                       softmax_backward_tiled_kernel)
-from .dispatch import TILED_MAX_COLS, softmax, softmax_plan  # noqa: E402  (after the families it chooses from)
-from .attention import HEAD_DIMS, attention, attention_plan, naive_attention  # noqa: E402  (lesson 07)
+from .persistent import (
+                         persistent_plan,
+                         softmax_persistent,
+                         softmax_persistent_kernel,
+                         softmax_tiled,
+                         softmax_tiled_kernel,
+                         tiled_plan,
+)
 from .sampling import sample, softmax_topk, topk_merge_kernel, topk_plan, topk_slice_kernel  # noqa: E402  (lesson 09)
+from .split import (
+                         MAX_SPIN,
+                         coop_plan,
+                         softmax_split,
+                         softmax_split_coop,
+                         softmax_split_coop_kernel,
+                         softmax_split_normalize_kernel,
+                         softmax_split_stats_kernel,
+                         split_plan,
+                         two_launch_plan,
+)

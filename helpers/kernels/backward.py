@@ -65,9 +65,8 @@ import torch
 
 from helpers.checks import check_tensor
 from helpers.device import compiled_occupancy, sm_count
-from helpers.launch import (IN, IN2, OUT, WS, Launch, Plan, RowSoftmax2, acc_dtype, check_block_size,
-                            check_positive_int)
-from helpers.kernels.split import MAX_SPIN, resident_rows_per_round, wait_for_row  # lesson 06's wait
+from helpers.kernels.split import MAX_SPIN, resident_rows_per_round, wait_for_row  # lesson 06's deep dive
+from helpers.launch import IN, IN2, OUT, WS, Launch, Plan, RowSoftmax2, acc_dtype, check_block_size, check_positive_int
 from helpers.mode import ON_GPU
 
 

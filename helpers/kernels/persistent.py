@@ -60,8 +60,16 @@ def softmax_tiled_kernel(
 from triton.runtime.errors import OutOfResources
 
 from helpers.device import compiled_occupancy, sm_count
-from helpers.launch import (INTERPRETER_PROGRAMS, Launch, Plan, RowSoftmax, acc_dtype, check_fused_len,
-                            check_positive_int, num_warps_for)
+from helpers.launch import (
+    INTERPRETER_PROGRAMS,
+    Launch,
+    Plan,
+    RowSoftmax,
+    acc_dtype,
+    check_fused_len,
+    check_positive_int,
+    num_warps_for,
+)
 from helpers.mode import ON_GPU
 from helpers.tuning import TiledConfig, tiled_config
 
