@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 from claims import cell_with, code_cell_with, notebook, prose, quotes
+
 from helpers import data
 
 L = "03"
@@ -14,7 +15,9 @@ L = "03"
 @pytest.fixture(scope="module")
 def bw():
     bench = data.load("bench", gpu="h100")
-    return bench.query("dtype == 'float32' and M == 4096 and provider in ['copy', 'torch_naive', 'torch_softmax', 'fused']")
+    return bench.query(
+        "dtype == 'float32' and M == 4096 and provider in ['copy', 'torch_naive', 'torch_softmax', 'fused']"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -62,8 +65,11 @@ def test_at_the_speed_of_the_copy_from_1024(bw):
     fused = bw[bw.provider == "fused"].set_index("N").graph_frac
     on = fused.loc[1024:16384]
     assert on.min() > 0.95 and fused.loc[512] < 0.95
-    quotes(cell_with(L, "The naive version is far behind"), f"From $N = 1024$ on, the fused kernel runs at the speed of "
-                                                             f"the copy** ({on.min():.2f} to {on.max():.2f} of it", "{}")
+    quotes(
+        cell_with(L, "The naive version is far behind"),
+        f"From $N = 1024$ on, the fused kernel runs at the speed of the copy** ({on.min():.2f} to {on.max():.2f} of it",
+        "{}",
+    )
 
 
 def test_starred_cells_are_the_two_eager_ones_at_512(bw):
@@ -81,8 +87,10 @@ def test_why_more_than_four_times(bw):
     cell = cell_with(L, "It loses twice")
     own = flow["naive (01)"]
     quotes(cell, f"the naive version moves its own at {own.min():.2f} to {own.max():.2f} of it", "{}")
-    assert flow.loc[1024:, "fused (03)"].round(2).min() >= 0.99 and "From $N = 1024$ on the fused kernel moves its bytes at " \
-        "the copy's speed" in cell
+    assert (
+        flow.loc[1024:, "fused (03)"].round(2).min() >= 0.99
+        and "From $N = 1024$ on the fused kernel moves its bytes at the copy's speed" in cell
+    )
     assert own.idxmax() == 16384 and f"{own[16384]:.2f} at $N = 16384$" in cell  # it rises with the size
     assert (own.loc[:512].between(0.45, 0.55)).all() and "about half the copy's speed at the two smallest sizes" in cell
     assert own.loc[:512].max() < own.loc[2048:].min()
@@ -140,8 +148,18 @@ def test_the_4_mib_shape(bw):
 def test_the_core_uses_only_what_lessons_01_to_03_taught():
     """No plan, launch object or wrapper of the library, and no provider or recording of a later lesson."""
     code = "\n".join("".join(c["source"]) for c in notebook(L)["cells"] if c["cell_type"] == "code")
-    for name in ("Plan", "Launch", "RowSoftmax", "ncu", "online", "persistent", "liger", "triton_tutorial",
-                 "'softmax'", "MAX_FUSED_COLS"):
+    for name in (
+        "Plan",
+        "Launch",
+        "RowSoftmax",
+        "ncu",
+        "online",
+        "persistent",
+        "liger",
+        "triton_tutorial",
+        "'softmax'",
+        "MAX_FUSED_COLS",
+    ):
         assert name not in code, name
     launch = code_cell_with(L, "def fused_softmax(x):")
     assert "softmax_fused_kernel[(M,)](y, x, x.stride(0), x.stride(1), y.stride(0), N," in launch
@@ -155,13 +173,20 @@ def test_the_core_prints_one_short_provenance_line_for_the_sweep():
     """The rows the core reads (float32, M = 4096, N <= 32768; copy, naive, torch.softmax, fused) are the first
     sweep's: every later re-run the file's date names is of other rows, so the core prints that sweep's date."""
     meta = data.load("bench", gpu="h100").attrs["provenance"]
-    first, *later = meta["date"].split(" (")
-    assert later and all(part.startswith(("long rows", "their split_coop and softmax rows", "softmax at"))
-                         for part in later), later
+    first, later = meta["date"].split(" (", 1)
+    assert later.startswith("some cells re-run until") and later.endswith(": notes)"), later
+    reruns = meta["notes"].split("Dates and commits of the re-runs: ", 1)[1].split("; ")
+    assert len(reruns) == 3 and all(
+        part.startswith(("long rows", "their split_coop and softmax rows", "softmax at")) for part in reruns
+    ), reruns
     code = code_cell_with(L, 'bench = data.load("bench", gpu="h100")')
     assert 'meta["date"].split(" (")[0]' in code
-    out = next("".join(o.get("text", "")) for c in notebook(L)["cells"] if c["cell_type"] == "code"
-               and 'bench = data.load("bench", gpu="h100")' in "".join(c["source"]) for o in c["outputs"])
+    out = next(
+        "".join(o.get("text", ""))
+        for c in notebook(L)["cells"]
+        if c["cell_type"] == "code" and 'bench = data.load("bench", gpu="h100")' in "".join(c["source"])
+        for o in c["outputs"]
+    )
     assert first in out and "(notes)" not in out and len(out.strip()) < 200 and out.count("\n") == 1, out
 
 
@@ -172,8 +197,12 @@ def test_limits_numbers(limits_ok):
     clean, spill = f32[f32.n_spills == 0], f32[f32.n_spills > 0]
     last, first = clean.iloc[-1], spill.iloc[0]
     assert clean.index.max() == 32768 and spill.index.min() == 65536
-    quotes(cell, f"Up to $N = {clean.index.max()}$ nothing spills ({last.graph_frac:.2f} of copy, "
-                 f"{last.n_regs} registers a thread)", "{}")
+    quotes(
+        cell,
+        f"Up to $N = {clean.index.max()}$ nothing spills ({last.graph_frac:.2f} of copy, "
+        f"{last.n_regs} registers a thread)",
+        "{}",
+    )
     quotes(cell, f"uses {first.n_regs} registers, spills {first.n_spills} and falls to {first.graph_frac:.2f}", "{}")
     r = f32.loc[131072]
     quotes(cell, f"keeps {r.n_regs} registers, spills {r.n_spills} and runs at {r.graph_frac:.2f}", "{}")
@@ -192,14 +221,19 @@ def test_limits_spreads_are_small_and_quoted():
     assert inspect.signature(lesson03.limits_rows).parameters["rounds"].default == 3
     assert not (data.noisy(limits.graph_spread) | data.noisy(limits.spread)).any()
     cell = cell_with(L, "Two ends of the table need explaining")
-    quotes(cell, f"median of three rounds, and no cell's rounds spread by more than "
-                 f"{limits[['graph_spread', 'spread']].max().max():.1%}", "{}")
+    quotes(
+        cell,
+        f"median of three rounds, and no cell's rounds spread by more than "
+        f"{limits[['graph_spread', 'spread']].max().max():.1%}",
+        "{}",
+    )
     assert "timed once" not in prose(L) and "single round" not in prose(L)
 
 
 def test_short_rows(limits_ok):
     short = limits_ok.assign(row_bytes=limits_ok.N * limits_ok["dtype"].map({"float32": 4, "bfloat16": 2})).query(
-        "row_bytes <= 4096")
+        "row_bytes <= 4096"
+    )
     by_bytes = short.groupby("row_bytes").graph_frac
     cell = cell_with(L, "Short rows of the same size in bytes behave alike")
     quotes(cell, f"half a kilobyte ({by_bytes.max()[512]:.2f} of copy)", "{}")
@@ -250,14 +284,20 @@ def test_deep_dive_max_fused_cols(limits_ok):
     cell = cell_with(D, "The limit is *not* where the kernel stops being fast")
     clean = f32[f32.n_spills == 0].index.max()
     quotes(cell, f"between {clean} columns (no spill, {f32.graph_frac[clean]:.2f} of copy)", "{}")
-    quotes(cell, f"and {MAX_FUSED_COLS} ({f32.n_spills[MAX_FUSED_COLS]} registers spilled, "
-                 f"{f32.graph_frac[MAX_FUSED_COLS]:.2f})", "{}")
+    quotes(
+        cell,
+        f"and {MAX_FUSED_COLS} ({f32.n_spills[MAX_FUSED_COLS]} registers spilled, "
+        f"{f32.graph_frac[MAX_FUSED_COLS]:.2f})",
+        "{}",
+    )
     assert f32.n_spills[MAX_FUSED_COLS] > 0 and f"`MAX_FUSED_COLS` is {MAX_FUSED_COLS}" in cell
     assert f32.graph_frac.loc[:MAX_FUSED_COLS].min() >= 0.65 and "two thirds of the copy's speed or better" in cell
     quotes(cell, f"({f32.graph_frac[2 * MAX_FUSED_COLS]:.2f} of copy at {2 * MAX_FUSED_COLS} columns", "{}")
-    assert 0.15 < f32.graph_frac.loc[2 * MAX_FUSED_COLS:].max() < 0.25 and "at a fifth" in cell
-    assert TILED_MAX_COLS == clean and f"`TILED_MAX_COLS` = {TILED_MAX_COLS} columns, the last size that does not " \
-        "spill" in cell
+    assert 0.15 < f32.graph_frac.loc[2 * MAX_FUSED_COLS :].max() < 0.25 and "at a fifth" in cell
+    assert (
+        TILED_MAX_COLS == clean
+        and f"`TILED_MAX_COLS` = {TILED_MAX_COLS} columns, the last size that does not spill" in cell
+    )
 
 
 def test_deep_dive_4_mib_table():
@@ -282,7 +322,28 @@ def test_deep_dive_copy_gap():
     gap = pd.DataFrame(rows).groupby(["MiB", "GPU"]).r.min().unstack("GPU")
     assert (gap.loc[:256] >= 1.0).all().all() and (gap.loc[512:] < 0.9).all().all()
     cell = cell_with(D, "keeps up with the eager one")
-    quotes(cell, f"to {gap.h100[512]:.2f} and {gap.h100[1024]:.2f} of eager on the H100, "
-                 f"{gap.h200[512]:.2f} and {gap.h200[1024]:.2f} on the H200", "{}")
+    quotes(
+        cell,
+        f"to {gap.h100[512]:.2f} and {gap.h100[1024]:.2f} of eager on the H100, "
+        f"{gap.h200[512]:.2f} and {gap.h200[1024]:.2f} on the H200",
+        "{}",
+    )
     bw = data.load("bench", gpu="h100").query("dtype == 'float32' and M == 4096 and N == 32768 and provider == 'fused'")
-    assert abs(float(bw.graph_gbps.iloc[0] / bw.gbps.iloc[0]) - 1) < 0.02  # "the fused kernel ... the same GB/s both ways"
+    assert (
+        abs(float(bw.graph_gbps.iloc[0] / bw.gbps.iloc[0]) - 1) < 0.02
+    )  # "the fused kernel ... the same GB/s both ways"
+
+
+def test_the_counted_bytes_predict_the_h200s_time():
+    """'What does it move?': the fused kernel's predicted GPU time from its counted bytes, beside the H200's."""
+    pred = data.load("traffic_prediction", gpu="h200").query("kernel == 'fused' and dtype == 'float32' and M == 4096")
+    clean = pred[pred.caveats.isna() & (pred.N <= 16384)]
+    cell = cell_with(L, "Where no caveat applies")
+    assert list(clean.N) == [4096, 8192, 12672, 16384] and "up to $N = 16384$" in cell
+    quotes(cell, f"the prediction is {clean.ratio.min():.2f} to {clean.ratio.max():.2f} of the measured time")
+    last = pred.set_index("N").loc[32768]
+    assert pd.isna(last.caveats) and round(last.ratio, 1) == 1.5 and "1.5 times too long" in cell
+    assert pred[pred.N < 4096].caveats.notna().all() and "Below $N = 4096$ the caveats apply" in cell
+    # the counted cell: 64 rows of 1000 float32 columns, each read once and written once (1024 lanes, 24 masked)
+    quotes(cell_with(L, "the 24 masked lanes move nothing"), "Each row's 4,000 bytes are read once and written once")
+    assert "counting(x=x, y=y)" in code_cell_with(L, "counting(x=x, y=y)")
