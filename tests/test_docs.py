@@ -51,3 +51,24 @@ def test_the_readme_lesson_table_and_workshop_plan_come_from_the_lessons():
         timeout=60,
     )
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_bench_runs_keeps_only_what_is_loaded_or_cited():
+    """figures/data/bench_runs/ holds the runs a lesson, PERFORMANCE.md, a recording's header or a test loads or cites
+    (by name, or by a pattern: bench_h100_*.csv, the earlier sweeps lesson 05 reads); receipts nobody reads live in
+    git history."""
+    texts = [p.read_text() for p in (ROOT / "notebooks").glob("*.ipynb")]
+    texts += [(ROOT / "PERFORMANCE.md").read_text(), *(p.read_text() for p in (ROOT / "docs").glob("*.md"))]
+    texts += [p.read_text() for p in (ROOT / "figures" / "data").glob("*.csv")]
+    texts += [p.read_text() for d in ("tests", "helpers", "tools") for p in (ROOT / d).glob("*.py")]
+    text = "\n".join(texts)
+    # bench_runs/<prefix>* or .glob("<prefix>*"): every file of that prefix counts as cited
+    prefixes = set(re.findall(r"bench_runs/([A-Za-z0-9_]+?)(?:\*|\{|<)", text))
+    prefixes |= set(re.findall(r'glob\(f?"([A-Za-z0-9_]+?)(?:\{gpu\}_)?\*\.csv"\)', text))
+    prefixes |= set(re.findall(r"bench_runs/([A-Za-z0-9_]+_)\"", text))
+    unread = [
+        p.name
+        for p in sorted((ROOT / "figures" / "data" / "bench_runs").iterdir())
+        if p.stem not in text and not any(p.name.startswith(pre) for pre in prefixes)
+    ]
+    assert not unread, f"nothing loads or cites these runs (git history keeps them; delete them): {unread}"
