@@ -15,7 +15,8 @@ import triton.language as tl
 from . import data, launch, plots
 from .exercises import Wrong, call_attempt, check, fmt, guarded, is_untouched, require_kernel, run_learner_kernel
 from .kernels import sampling
-from .kernels.sampling import sample, softmax_topk, topk_keys
+from .kernels.sampling import sample, softmax_topk
+from .kernels.sampling_step import topk_keys
 from .mode import DEVICE, ON_GPU
 
 

@@ -44,3 +44,38 @@ def assert_checker_contract(capsys, checker, right, wrong, hint: str) -> None:
     line = verdict(capsys, checker, _raises)
     assert status(line).startswith("wrong: your code raised ZeroDivisionError"), line
     assert status(verdict(capsys, checker, lambda *a: None)).startswith("wrong")
+
+
+def variant(kernel, name: str, changes: dict, folder=None):
+    """A copy of the @triton.jit ``kernel`` named ``name``, with lines changed: a wrong answer written as the lines
+    where it differs from the right one. Each key of ``changes`` is a whole line of the kernel (without its
+    indent) that must occur once; its value replaces it (several lines: joined by newlines, each at the line's
+    indent; None drops it). The copy is compiled from a file in ``folder`` (a new temporary folder by default,
+    gone when the process ends): Triton, and a checker that reads a kernel's source, read it back from there. The
+    copy sees the names of the kernel's module (the helpers it calls)."""
+    import atexit
+    import importlib.util
+    import inspect
+    import re
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    lines = inspect.getsource(kernel.fn).splitlines()
+    for old, new in changes.items():
+        at = [i for i, line in enumerate(lines) if line.strip() == old]
+        assert len(at) == 1, f"{kernel.fn.__name__}: expected the line {old!r} once, found it {len(at)} times"
+        indent = lines[at[0]][: len(lines[at[0]]) - len(lines[at[0]].lstrip())]
+        lines[at[0] : at[0] + 1] = [] if new is None else [indent + n for n in new.split("\n")]
+    src = re.sub(rf"\bdef {kernel.fn.__name__}\(", f"def {name}(", "\n".join(lines), count=1)
+    if folder is None:
+        folder = tempfile.mkdtemp(prefix="kernel_variants_")
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    path = Path(folder) / f"{name}.py"
+    path.write_text("import triton\nimport triton.language as tl\n\n\n" + src + "\n")
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    # the names the kernel's own module gives it (helper @triton.jit functions, constants), for the copy to call
+    module.__dict__.update({k: v for k, v in kernel.fn.__globals__.items() if not k.startswith("__")})
+    spec.loader.exec_module(module)
+    return getattr(module, name)

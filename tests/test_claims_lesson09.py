@@ -217,7 +217,7 @@ def test_unclean_lanes_prediction_and_count():
 
     import torch
 
-    from helpers.kernels.sampling import LANE_PROGRAMS_PER_SM, lane_plan
+    from helpers.kernels.topk_lanes import LANE_PROGRAMS_PER_SM, lane_plan
 
     text = cell_with("09d", UNCLEAN)
     code = code_cell_with("09d", "def unclean_lanes(")
@@ -383,7 +383,7 @@ def test_the_search_for_t_counts():
 
     import torch
 
-    from helpers.kernels.sampling import LANE_PROGRAMS_PER_SM, lane_plan
+    from helpers.kernels.topk_lanes import LANE_PROGRAMS_PER_SM, lane_plan
 
     ns = {"torch": torch, "math": math}
     exec(code_cell_with("09d", "def unclean_lanes(").split("\n\nrandom_rows =")[0], ns)
@@ -422,7 +422,7 @@ def test_the_search_for_t_counts():
         "{}",
     )
     assert all(round(float(g[0])) == 6 for g in got) and max(g[2] for g in got) <= 66  # "about 6", at most `stop`
-    from helpers.kernels.sampling import lane_launches
+    from helpers.kernels.topk_lanes import lane_launches
 
     launches, _ = lane_launches(torch.empty(2, 32000), 64, 50)  # K = 64 for k = 50
     stop = launches[1].args[-2]  # the merge's stop, before n_real
@@ -552,7 +552,7 @@ PIPELINE = "`lane_plan` asks for it from 8 steps a slice on"
 
 
 def test_the_pipelining_rule_and_its_effect_within_the_noise():
-    from helpers.kernels.sampling import LANE_BYTES, LANE_PROGRAMS_PER_SM, lane_plan
+    from helpers.kernels.topk_lanes import LANE_BYTES, LANE_PROGRAMS_PER_SM, lane_plan
 
     text = cell_with("09d", "software-pipelined")
     assert PIPELINE in text and "its effect, either way, is within the run-to-run spread" in text

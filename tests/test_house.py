@@ -162,3 +162,13 @@ def test_one_module_per_kernel_family():
         "helpers.kernels.split"
     }
     assert K.softmax.__module__ == "helpers.kernels.dispatch"
+
+
+def test_the_formatter_leaves_exactly_the_generated_modules():
+    """pyproject.toml's [tool.ruff.format] exclude lists every module tools/export.py writes, and nothing else of
+    helpers/: the lessons keep their layout, and every hand-written module is formatted."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11 on
+
+    exclude = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["ruff"]["format"]["exclude"]
+    listed = {p for p in exclude if p.startswith("helpers/")}
+    assert listed == set(export.generated_files())

@@ -16,7 +16,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from checking import _raises, _untouched, assert_checker_contract, status, verdict
+from checking import _raises, _untouched, assert_checker_contract, status, variant, verdict
 
 import helpers
 from helpers import data, lesson03
@@ -455,78 +455,58 @@ def scaled_untouched(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, sca
     raise NotImplementedError  # your code here
 
 
-@triton.jit
-def scaled_stores_with_input_stride(
-    out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale, BLOCK_SIZE: tl.constexpr
-):
-    row = tl.program_id(0).to(tl.int64)
-    cols = tl.arange(0, BLOCK_SIZE)
-    mask = cols < n_cols
-    x = tl.load(in_ptr + row * in_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
-    z = tl.where(mask, x * scale, -float("inf"))
-    num = tl.exp(z - tl.max(z, axis=0))
-    tl.store(out_ptr + row * in_row_stride + cols, num / tl.sum(num, axis=0), mask=mask)
-
-
-@triton.jit
-def scaled_loads_with_output_stride(
-    out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale, BLOCK_SIZE: tl.constexpr
-):
-    row = tl.program_id(0).to(tl.int64)
-    cols = tl.arange(0, BLOCK_SIZE)
-    mask = cols < n_cols
-    x = tl.load(in_ptr + row * out_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
-    z = tl.where(mask, x * scale, -float("inf"))
-    num = tl.exp(z - tl.max(z, axis=0))
-    tl.store(out_ptr + row * out_row_stride + cols, num / tl.sum(num, axis=0), mask=mask)
-
-
-@triton.jit
-def scaled_row_stride_is_n_cols(
-    out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale, BLOCK_SIZE: tl.constexpr
-):
-    row = tl.program_id(0).to(tl.int64)
-    cols = tl.arange(0, BLOCK_SIZE)
-    mask = cols < n_cols
-    x = tl.load(in_ptr + row * n_cols + cols, mask=mask, other=0.0).to(tl.float32)
-    z = tl.where(mask, x * scale, -float("inf"))
-    num = tl.exp(z - tl.max(z, axis=0))
-    tl.store(out_ptr + row * n_cols + cols, num / tl.sum(num, axis=0), mask=mask)
-
-
-@triton.jit
-def scaled_stores_with_n_cols(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale, BLOCK_SIZE: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    cols = tl.arange(0, BLOCK_SIZE)
-    mask = cols < n_cols
-    x = tl.load(in_ptr + row * in_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
-    z = tl.where(mask, x * scale, -float("inf"))
-    num = tl.exp(z - tl.max(z, axis=0))
-    tl.store(out_ptr + row * n_cols + cols, num / tl.sum(num, axis=0), mask=mask)
-
-
-@triton.jit
-def scaled_no_load_mask(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale, BLOCK_SIZE: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    cols = tl.arange(0, BLOCK_SIZE)
-    mask = cols < n_cols
-    z = tl.load(in_ptr + row * in_row_stride + cols).to(tl.float32) * scale  # reads past the row's end
-    num = tl.exp(z - tl.max(z, axis=0))
-    tl.store(out_ptr + row * out_row_stride + cols, num / tl.sum(num, axis=0), mask=mask)
-
-
-@triton.jit
-def scaled_unmasked_load_then_where(
-    out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale, BLOCK_SIZE: tl.constexpr
-):
+LOAD = "x = tl.load(in_ptr + row * in_row_stride + cols, mask=mask, other=0.0).to(tl.float32)"
+WHERE = 'z = tl.where(mask, x * scale, -float("inf"))'
+NUM = "num = tl.exp(z - tl.max(z, axis=0))"
+STORE = "tl.store(out_ptr + row * out_row_stride + cols, num / tl.sum(num, axis=0), mask=mask)"
+LOAD_NEG_INF = 'x = tl.load(in_ptr + row * in_row_stride + cols, mask=mask, other=-float("inf"))'
+# 3.3's plausible answers, each written as the lines where it differs from scaled_right (tests/checking.py: variant)
+VARIANTS_3_3 = {
+    "scaled_stores_with_input_stride": {STORE: STORE.replace("out_row_stride", "in_row_stride")},
+    "scaled_loads_with_output_stride": {LOAD: LOAD.replace("in_row_stride", "out_row_stride")},
+    "scaled_row_stride_is_n_cols": {
+        LOAD: LOAD.replace("in_row_stride", "n_cols"),
+        STORE: STORE.replace("out_row_stride", "n_cols"),
+    },
+    "scaled_stores_with_n_cols": {STORE: STORE.replace("out_row_stride", "n_cols")},
+    "scaled_no_load_mask": {
+        LOAD: "z = tl.load(in_ptr + row * in_row_stride + cols).to(tl.float32) * scale  # reads past the row's end",
+        WHERE: None,
+    },
     # right numbers: tl.where drops what the unmasked load read past the row (and past x on the last row)
-    row = tl.program_id(0).to(tl.int64)
-    cols = tl.arange(0, BLOCK_SIZE)
-    mask = cols < n_cols
-    x = tl.load(in_ptr + row * in_row_stride + cols).to(tl.float32)
-    z = tl.where(mask, x * scale, -float("inf"))
-    num = tl.exp(z - tl.max(z, axis=0))
-    tl.store(out_ptr + row * out_row_stride + cols, num / tl.sum(num, axis=0), mask=mask)
+    "scaled_unmasked_load_then_where": {LOAD: "x = tl.load(in_ptr + row * in_row_stride + cols).to(tl.float32)"},
+    # no mask on the load, but every offset is clamped into the row: a right answer
+    "scaled_right_clamped_offsets": {
+        LOAD: "x = tl.load(in_ptr + row * in_row_stride + tl.minimum(cols, n_cols - 1)).to(tl.float32)"
+    },
+    "scaled_right_positional_mask": {LOAD: LOAD.replace("mask=mask", "mask")},
+    "scaled_pads_before_scaling": {
+        LOAD: LOAD_NEG_INF + " * scale",
+        WHERE: None,
+        NUM: "num = tl.exp(x - tl.max(x, axis=0))",
+    },
+    # padding handled right, but the shift is the max of x, taken before scaling
+    "scaled_max_before_scaling": {
+        LOAD: LOAD_NEG_INF + ".to(tl.float32)",
+        WHERE: 'z = tl.where(mask, (x - tl.max(x, axis=0)) * scale, -float("inf"))',
+        NUM: "num = tl.exp(z)",
+    },
+    "scaled_forgets_scale": {LOAD: LOAD_NEG_INF, WHERE: None, NUM: "num = tl.exp(x - tl.max(x, axis=0))"},
+    "scaled_no_max_shift": {WHERE: None, NUM: "num = tl.where(mask, tl.exp(x * scale), 0.0)"},
+    "scaled_shifts_by_the_mean": {
+        WHERE: "z = tl.where(mask, x * scale, 0.0)",
+        NUM: "num = tl.where(mask, tl.exp(z - tl.sum(z, axis=0) / n_cols), 0.0)",
+    },
+    "scaled_no_store_mask": {
+        STORE: "tl.store(out_ptr + row * out_row_stride + cols, num / tl.sum(num, axis=0))  # no mask: writes the padding"
+    },
+    "scaled_writes_input": {
+        STORE: "y = num / tl.sum(num, axis=0)\n"
+        "tl.store(in_ptr + row * in_row_stride + cols, y, mask=mask)\n"
+        "tl.store(out_ptr + row * out_row_stride + cols, y, mask=mask)"
+    },
+}
+V = {name: variant(scaled_right, name, changes) for name, changes in VARIANTS_3_3.items()}
 
 
 @triton.jit
@@ -547,115 +527,11 @@ def scaled_unmasked_load_in_a_helper(
 
 
 @triton.jit
-def scaled_right_clamped_offsets(
-    out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale, BLOCK_SIZE: tl.constexpr
-):
-    # no mask on the load, but every offset is clamped into the row: a right answer
-    row = tl.program_id(0).to(tl.int64)
-    cols = tl.arange(0, BLOCK_SIZE)
-    mask = cols < n_cols
-    x = tl.load(in_ptr + row * in_row_stride + tl.minimum(cols, n_cols - 1)).to(tl.float32)
-    z = tl.where(mask, x * scale, -float("inf"))
-    num = tl.exp(z - tl.max(z, axis=0))
-    tl.store(out_ptr + row * out_row_stride + cols, num / tl.sum(num, axis=0), mask=mask)
-
-
-@triton.jit
-def scaled_right_positional_mask(
-    out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale, BLOCK_SIZE: tl.constexpr
-):
-    row = tl.program_id(0).to(tl.int64)
-    cols = tl.arange(0, BLOCK_SIZE)
-    mask = cols < n_cols
-    x = tl.load(in_ptr + row * in_row_stride + cols, mask, other=0.0).to(tl.float32)
-    z = tl.where(mask, x * scale, -float("inf"))
-    num = tl.exp(z - tl.max(z, axis=0))
-    tl.store(out_ptr + row * out_row_stride + cols, num / tl.sum(num, axis=0), mask=mask)
-
-
-@triton.jit
-def scaled_pads_before_scaling(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale, BLOCK_SIZE: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    cols = tl.arange(0, BLOCK_SIZE)
-    mask = cols < n_cols
-    x = tl.load(in_ptr + row * in_row_stride + cols, mask=mask, other=-float("inf")) * scale
-    num = tl.exp(x - tl.max(x, axis=0))
-    tl.store(out_ptr + row * out_row_stride + cols, num / tl.sum(num, axis=0), mask=mask)
-
-
-@triton.jit
-def scaled_max_before_scaling(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale, BLOCK_SIZE: tl.constexpr):
-    # padding handled right, but the shift is the max of x, taken before scaling
-    row = tl.program_id(0).to(tl.int64)
-    cols = tl.arange(0, BLOCK_SIZE)
-    mask = cols < n_cols
-    x = tl.load(in_ptr + row * in_row_stride + cols, mask=mask, other=-float("inf")).to(tl.float32)
-    z = tl.where(mask, (x - tl.max(x, axis=0)) * scale, -float("inf"))
-    num = tl.exp(z)
-    tl.store(out_ptr + row * out_row_stride + cols, num / tl.sum(num, axis=0), mask=mask)
-
-
-@triton.jit
-def scaled_forgets_scale(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale, BLOCK_SIZE: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    cols = tl.arange(0, BLOCK_SIZE)
-    mask = cols < n_cols
-    x = tl.load(in_ptr + row * in_row_stride + cols, mask=mask, other=-float("inf"))
-    num = tl.exp(x - tl.max(x, axis=0))
-    tl.store(out_ptr + row * out_row_stride + cols, num / tl.sum(num, axis=0), mask=mask)
-
-
-@triton.jit
-def scaled_no_max_shift(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale, BLOCK_SIZE: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    cols = tl.arange(0, BLOCK_SIZE)
-    mask = cols < n_cols
-    x = tl.load(in_ptr + row * in_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
-    num = tl.where(mask, tl.exp(x * scale), 0.0)
-    tl.store(out_ptr + row * out_row_stride + cols, num / tl.sum(num, axis=0), mask=mask)
-
-
-@triton.jit
-def scaled_shifts_by_the_mean(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale, BLOCK_SIZE: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    cols = tl.arange(0, BLOCK_SIZE)
-    mask = cols < n_cols
-    x = tl.load(in_ptr + row * in_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
-    z = tl.where(mask, x * scale, 0.0)
-    num = tl.where(mask, tl.exp(z - tl.sum(z, axis=0) / n_cols), 0.0)
-    tl.store(out_ptr + row * out_row_stride + cols, num / tl.sum(num, axis=0), mask=mask)
-
-
-@triton.jit
-def scaled_no_store_mask(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale, BLOCK_SIZE: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    cols = tl.arange(0, BLOCK_SIZE)
-    mask = cols < n_cols
-    x = tl.load(in_ptr + row * in_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
-    z = tl.where(mask, x * scale, -float("inf"))
-    num = tl.exp(z - tl.max(z, axis=0))
-    tl.store(out_ptr + row * out_row_stride + cols, num / tl.sum(num, axis=0))  # no mask: writes the padding
-
-
-@triton.jit
 def scaled_far_store(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale, BLOCK_SIZE: tl.constexpr):
     # a wild store, millions of elements past the output: would corrupt the process without the guard
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_SIZE)
     tl.store(out_ptr + (row + 1) * 50_000_000 + cols, tl.zeros((BLOCK_SIZE,), tl.float32))
-
-
-@triton.jit
-def scaled_writes_input(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale, BLOCK_SIZE: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    cols = tl.arange(0, BLOCK_SIZE)
-    mask = cols < n_cols
-    x = tl.load(in_ptr + row * in_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
-    z = tl.where(mask, x * scale, -float("inf"))
-    num = tl.exp(z - tl.max(z, axis=0))
-    y = num / tl.sum(num, axis=0)
-    tl.store(in_ptr + row * in_row_stride + cols, y, mask=mask)
-    tl.store(out_ptr + row * out_row_stride + cols, y, mask=mask)
 
 
 @triton.jit
@@ -670,7 +546,7 @@ def test_checker_3_3_right_answer(capsys):
 
 
 @pytest.mark.parametrize(
-    "right", [scaled_right_clamped_offsets, scaled_right_positional_mask], ids=lambda k: k.fn.__name__
+    "right", [V["scaled_right_clamped_offsets"], V["scaled_right_positional_mask"]], ids=lambda k: k.fn.__name__
 )
 def test_checker_3_3_takes_a_load_that_stays_in_the_row(right, capsys):
     """No `mask=` keyword is needed: a mask passed by position, or offsets clamped into the row, read nothing outside."""
@@ -679,7 +555,7 @@ def test_checker_3_3_takes_a_load_that_stays_in_the_row(right, capsys):
 
 
 @pytest.mark.parametrize(
-    "wrong", [scaled_unmasked_load_then_where, scaled_unmasked_load_in_a_helper], ids=lambda k: k.fn.__name__
+    "wrong", [V["scaled_unmasked_load_then_where"], scaled_unmasked_load_in_a_helper], ids=lambda k: k.fn.__name__
 )
 def test_checker_3_3_rejects_an_unmasked_load_whose_values_tl_where_drops(wrong, capsys):
     """The numbers are right (tl.where drops what the load read past each row), but the load reads past every row
@@ -698,19 +574,19 @@ def test_checker_3_3_untouched_template_is_not_yet(capsys):
 @pytest.mark.parametrize(
     "wrong, hint",
     [
-        (scaled_stores_with_input_stride, "it stores with in_row_stride"),
-        (scaled_loads_with_output_stride, "it loads with out_row_stride"),
-        (scaled_row_stride_is_n_cols, "row to row of x by n_cols"),
-        (scaled_stores_with_n_cols, "row to row of out by n_cols"),
-        (scaled_no_load_mask, "Does tl.load have mask="),
-        (scaled_pads_before_scaling, "-inf * scale is +inf"),
-        (scaled_max_before_scaling, "the max of x * scale"),
-        (scaled_forgets_scale, "softmax(x * scale)"),
-        (scaled_no_max_shift, "subtract the row maximum"),
-        (scaled_shifts_by_the_mean, "subtract the row maximum"),
-        (scaled_no_store_mask, "does tl.store have mask="),
+        (V["scaled_stores_with_input_stride"], "it stores with in_row_stride"),
+        (V["scaled_loads_with_output_stride"], "it loads with out_row_stride"),
+        (V["scaled_row_stride_is_n_cols"], "row to row of x by n_cols"),
+        (V["scaled_stores_with_n_cols"], "row to row of out by n_cols"),
+        (V["scaled_no_load_mask"], "Does tl.load have mask="),
+        (V["scaled_pads_before_scaling"], "-inf * scale is +inf"),
+        (V["scaled_max_before_scaling"], "the max of x * scale"),
+        (V["scaled_forgets_scale"], "softmax(x * scale)"),
+        (V["scaled_no_max_shift"], "subtract the row maximum"),
+        (V["scaled_shifts_by_the_mean"], "subtract the row maximum"),
+        (V["scaled_no_store_mask"], "does tl.store have mask="),
         (scaled_far_store, "wrong"),
-        (scaled_writes_input, "changed its input"),
+        (V["scaled_writes_input"], "changed its input"),
         (scaled_bad_index, "raised"),
         (lambda *a: None, "@triton.jit"),
     ],
@@ -722,7 +598,7 @@ def test_checker_3_3_wrong_answers(wrong, hint, capsys):
 
 
 def test_the_row_stride_mistake_is_named_for_both_tensors(capsys):
-    line = verdict(capsys, lesson03.check_3_3, scaled_row_stride_is_n_cols)
+    line = verdict(capsys, lesson03.check_3_3, V["scaled_row_stride_is_n_cols"])
     assert "row to row of x by n_cols" in line and "row to row of out by n_cols" in line, line
 
 
@@ -743,7 +619,7 @@ def test_the_max_before_scaling_is_right_without_the_isolated_rows():
     x = torch.randn(4, 13, generator=torch.Generator().manual_seed(0))
     xd = x.to(DEVICE)
     got = torch.empty_like(xd)
-    scaled_max_before_scaling[(4,)](got, xd, 13, 13, 13, -1.0, BLOCK_SIZE=16)
+    V["scaled_max_before_scaling"][(4,)](got, xd, 13, 13, 13, -1.0, BLOCK_SIZE=16)
     torch.testing.assert_close(got.cpu().double(), torch.softmax(x.double() * -1.0, -1), atol=1e-6, rtol=1e-5)
 
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from checking import assert_checker_contract, status, verdict
+from checking import assert_checker_contract, status, variant, verdict
 
 import helpers
 from helpers import data, lesson05
@@ -226,40 +226,28 @@ def gs_untouched(
     raise NotImplementedError  # your code here
 
 
-@triton.jit
-def gs_from_zero(
-    out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_rows, n_cols, BLOCK_SIZE: tl.constexpr
-):
-    cols = tl.arange(0, BLOCK_SIZE)
-    mask = cols < n_cols
-    for row in range(0, n_rows, tl.num_programs(0)):  # every program takes rows 0, P, 2P: others skipped
-        x = tl.load(in_ptr + row * in_row_stride + cols * in_col_stride, mask=mask, other=-float("inf")).to(tl.float32)
-        num = tl.exp(x - tl.max(x, axis=0))
-        tl.store(out_ptr + row * out_row_stride + cols, num / tl.sum(num, axis=0), mask=mask)
-
-
-@triton.jit
-def gs_all_rows(
-    out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_rows, n_cols, BLOCK_SIZE: tl.constexpr
-):
-    cols = tl.arange(0, BLOCK_SIZE)
-    mask = cols < n_cols
-    for row in range(0, n_rows):  # each program does every row: right values, P times the work
-        x = tl.load(in_ptr + row * in_row_stride + cols * in_col_stride, mask=mask, other=-float("inf")).to(tl.float32)
-        num = tl.exp(x - tl.max(x, axis=0))
-        tl.store(out_ptr + row * out_row_stride + cols, num / tl.sum(num, axis=0), mask=mask)
-
-
-@triton.jit
-def gs_step_one(
-    out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_rows, n_cols, BLOCK_SIZE: tl.constexpr
-):
-    cols = tl.arange(0, BLOCK_SIZE)
-    mask = cols < n_cols
-    for row in range(tl.program_id(0), n_rows):  # start right, step wrong: rows shared by programs
-        x = tl.load(in_ptr + row * in_row_stride + cols * in_col_stride, mask=mask, other=-float("inf")).to(tl.float32)
-        num = tl.exp(x - tl.max(x, axis=0))
-        tl.store(out_ptr + row * out_row_stride + cols, num / tl.sum(num, axis=0), mask=mask)
+LOOP = "for row in range(tl.program_id(0), n_rows, tl.num_programs(0)):"
+LOAD = 'x = tl.load(in_ptr + row * in_row_stride + cols * in_col_stride, mask=mask, other=-float("inf")).to(tl.float32)'
+NUM = "num = tl.exp(x - tl.max(x, axis=0))"
+STORE = "tl.store(out_ptr + row * out_row_stride + cols, num / tl.sum(num, axis=0), mask=mask)"
+# 5.1's plausible answers, each written as the lines where it differs from gs_right (tests/checking.py: variant)
+VARIANTS_5_1 = {
+    "gs_from_zero": {LOOP: "for row in range(0, n_rows, tl.num_programs(0)):  # every program: rows 0, P, 2P"},
+    "gs_all_rows": {LOOP: "for row in range(0, n_rows):  # each program does every row: P times the work"},
+    "gs_step_one": {LOOP: "for row in range(tl.program_id(0), n_rows):  # start right, step wrong"},
+    "gs_no_store_mask": {STORE: STORE.replace(", mask=mask)", ")")},
+    "gs_no_load_mask": {
+        LOAD: "x = tl.load(in_ptr + row * in_row_stride + cols * in_col_stride).to(tl.float32)  # past the row's end"
+    },
+    "gs_other_zero": {LOAD: LOAD.replace('other=-float("inf")', "other=0.0")},
+    "gs_store_with_in_stride": {STORE: STORE.replace("out_row_stride", "in_row_stride")},
+    "gs_load_with_out_stride": {LOAD: LOAD.replace("in_row_stride", "out_row_stride")},
+    "gs_load_n_cols_stride": {LOAD: LOAD.replace("in_row_stride", "n_cols")},
+    "gs_store_n_cols_stride": {STORE: STORE.replace("out_row_stride", "n_cols")},
+    "gs_no_col_stride": {LOAD: LOAD.replace("cols * in_col_stride", "cols")},
+    "gs_no_max_shift": {NUM: "num = tl.exp(x)"},
+}
+V = {name: variant(gs_right, name, changes) for name, changes in VARIANTS_5_1.items()}
 
 
 @triton.jit
@@ -285,114 +273,6 @@ def gs_while_stuck(
         tl.store(out_ptr + row * out_row_stride + cols, num / tl.sum(num, axis=0), mask=mask)
 
 
-@triton.jit
-def gs_no_store_mask(
-    out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_rows, n_cols, BLOCK_SIZE: tl.constexpr
-):
-    cols = tl.arange(0, BLOCK_SIZE)
-    mask = cols < n_cols
-    for row in range(tl.program_id(0), n_rows, tl.num_programs(0)):
-        x = tl.load(in_ptr + row * in_row_stride + cols * in_col_stride, mask=mask, other=-float("inf")).to(tl.float32)
-        num = tl.exp(x - tl.max(x, axis=0))
-        tl.store(out_ptr + row * out_row_stride + cols, num / tl.sum(num, axis=0))
-
-
-@triton.jit
-def gs_no_load_mask(
-    out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_rows, n_cols, BLOCK_SIZE: tl.constexpr
-):
-    cols = tl.arange(0, BLOCK_SIZE)
-    mask = cols < n_cols
-    for row in range(tl.program_id(0), n_rows, tl.num_programs(0)):
-        x = tl.load(in_ptr + row * in_row_stride + cols * in_col_stride).to(tl.float32)  # reads past the row's end
-        num = tl.exp(x - tl.max(x, axis=0))
-        tl.store(out_ptr + row * out_row_stride + cols, num / tl.sum(num, axis=0), mask=mask)
-
-
-@triton.jit
-def gs_other_zero(
-    out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_rows, n_cols, BLOCK_SIZE: tl.constexpr
-):
-    cols = tl.arange(0, BLOCK_SIZE)
-    mask = cols < n_cols
-    for row in range(tl.program_id(0), n_rows, tl.num_programs(0)):
-        x = tl.load(in_ptr + row * in_row_stride + cols * in_col_stride, mask=mask, other=0.0).to(tl.float32)
-        num = tl.exp(x - tl.max(x, axis=0))
-        tl.store(out_ptr + row * out_row_stride + cols, num / tl.sum(num, axis=0), mask=mask)
-
-
-@triton.jit
-def gs_store_with_in_stride(
-    out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_rows, n_cols, BLOCK_SIZE: tl.constexpr
-):
-    cols = tl.arange(0, BLOCK_SIZE)
-    mask = cols < n_cols
-    for row in range(tl.program_id(0), n_rows, tl.num_programs(0)):
-        x = tl.load(in_ptr + row * in_row_stride + cols * in_col_stride, mask=mask, other=-float("inf")).to(tl.float32)
-        num = tl.exp(x - tl.max(x, axis=0))
-        tl.store(out_ptr + row * in_row_stride + cols, num / tl.sum(num, axis=0), mask=mask)
-
-
-@triton.jit
-def gs_load_with_out_stride(
-    out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_rows, n_cols, BLOCK_SIZE: tl.constexpr
-):
-    cols = tl.arange(0, BLOCK_SIZE)
-    mask = cols < n_cols
-    for row in range(tl.program_id(0), n_rows, tl.num_programs(0)):
-        x = tl.load(in_ptr + row * out_row_stride + cols * in_col_stride, mask=mask, other=-float("inf")).to(tl.float32)
-        num = tl.exp(x - tl.max(x, axis=0))
-        tl.store(out_ptr + row * out_row_stride + cols, num / tl.sum(num, axis=0), mask=mask)
-
-
-@triton.jit
-def gs_load_n_cols_stride(
-    out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_rows, n_cols, BLOCK_SIZE: tl.constexpr
-):
-    cols = tl.arange(0, BLOCK_SIZE)
-    mask = cols < n_cols
-    for row in range(tl.program_id(0), n_rows, tl.num_programs(0)):
-        x = tl.load(in_ptr + row * n_cols + cols * in_col_stride, mask=mask, other=-float("inf")).to(tl.float32)
-        num = tl.exp(x - tl.max(x, axis=0))
-        tl.store(out_ptr + row * out_row_stride + cols, num / tl.sum(num, axis=0), mask=mask)
-
-
-@triton.jit
-def gs_store_n_cols_stride(
-    out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_rows, n_cols, BLOCK_SIZE: tl.constexpr
-):
-    cols = tl.arange(0, BLOCK_SIZE)
-    mask = cols < n_cols
-    for row in range(tl.program_id(0), n_rows, tl.num_programs(0)):
-        x = tl.load(in_ptr + row * in_row_stride + cols * in_col_stride, mask=mask, other=-float("inf")).to(tl.float32)
-        num = tl.exp(x - tl.max(x, axis=0))
-        tl.store(out_ptr + row * n_cols + cols, num / tl.sum(num, axis=0), mask=mask)
-
-
-@triton.jit
-def gs_no_col_stride(
-    out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_rows, n_cols, BLOCK_SIZE: tl.constexpr
-):
-    cols = tl.arange(0, BLOCK_SIZE)
-    mask = cols < n_cols
-    for row in range(tl.program_id(0), n_rows, tl.num_programs(0)):
-        x = tl.load(in_ptr + row * in_row_stride + cols, mask=mask, other=-float("inf")).to(tl.float32)
-        num = tl.exp(x - tl.max(x, axis=0))
-        tl.store(out_ptr + row * out_row_stride + cols, num / tl.sum(num, axis=0), mask=mask)
-
-
-@triton.jit
-def gs_no_max_shift(
-    out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_rows, n_cols, BLOCK_SIZE: tl.constexpr
-):
-    cols = tl.arange(0, BLOCK_SIZE)
-    mask = cols < n_cols
-    for row in range(tl.program_id(0), n_rows, tl.num_programs(0)):
-        x = tl.load(in_ptr + row * in_row_stride + cols * in_col_stride, mask=mask, other=-float("inf")).to(tl.float32)
-        num = tl.exp(x)
-        tl.store(out_ptr + row * out_row_stride + cols, num / tl.sum(num, axis=0), mask=mask)
-
-
 def test_checker_5_1_right_and_not_yet(capsys):
     assert status(verdict(capsys, lesson05.check_5_1, gs_right)).startswith("correct")
     assert status(verdict(capsys, lesson05.check_5_1, gs_untouched)).startswith("not yet")
@@ -405,19 +285,19 @@ STRIDE, MASK = ("row_stride",), ("mask",)  # the title says "grid-stride"
 @pytest.mark.parametrize(
     "wrong, hint, not_in",
     [
-        (gs_from_zero, "were never written", ()),
-        (gs_all_rows, "processed more than once", ()),
-        (gs_step_one, "processed more than once", ()),
+        (V["gs_from_zero"], "were never written", ()),
+        (V["gs_all_rows"], "processed more than once", ()),
+        (V["gs_step_one"], "processed more than once", ()),
         (gs_no_loop, "were never written", ()),
-        (gs_no_store_mask, "does tl.store have mask=", STRIDE),  # the out-of-bounds store
-        (gs_no_load_mask, "load with mask=cols < n_cols", STRIDE),
-        (gs_other_zero, "padding lanes loaded as -inf", STRIDE),
-        (gs_store_with_in_stride, "out_ptr + r * out_row_stride", MASK),
-        (gs_store_n_cols_stride, "out_ptr + r * out_row_stride", MASK),
-        (gs_load_with_out_stride, "in_ptr + r * in_row_stride", MASK),
-        (gs_load_n_cols_stride, "in_ptr + r * in_row_stride", MASK),
-        (gs_no_col_stride, "in_col_stride", MASK),
-        (gs_no_max_shift, "subtract the row maximum", STRIDE + MASK),
+        (V["gs_no_store_mask"], "does tl.store have mask=", STRIDE),  # the out-of-bounds store
+        (V["gs_no_load_mask"], "load with mask=cols < n_cols", STRIDE),
+        (V["gs_other_zero"], "padding lanes loaded as -inf", STRIDE),
+        (V["gs_store_with_in_stride"], "out_ptr + r * out_row_stride", MASK),
+        (V["gs_store_n_cols_stride"], "out_ptr + r * out_row_stride", MASK),
+        (V["gs_load_with_out_stride"], "in_ptr + r * in_row_stride", MASK),
+        (V["gs_load_n_cols_stride"], "in_ptr + r * in_row_stride", MASK),
+        (V["gs_no_col_stride"], "in_col_stride", MASK),
+        (V["gs_no_max_shift"], "subtract the row maximum", STRIDE + MASK),
         (lambda *a: None, "@triton.jit", ()),
     ],
     ids=lambda v: getattr(getattr(v, "fn", v), "__name__", "x") if callable(v) else None,

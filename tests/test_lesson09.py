@@ -12,7 +12,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from checking import _raises, _untouched, status, verdict
+from checking import _raises, _untouched, status, variant, verdict
 
 import helpers  # noqa: F401  (first: interpreter or GPU)
 from helpers import lesson09
@@ -191,44 +191,21 @@ def step_right(out_ptr, logits_ptr, u_ptr, row_stride, k, top_p, inv_temp, K: tl
     _step(out_ptr, logits_ptr, u_ptr, row_stride, k, top_p, inv_temp, K, 0)
 
 
-@triton.jit
-def step_drop_top(out_ptr, logits_ptr, u_ptr, row_stride, k, top_p, inv_temp, K: tl.constexpr):
-    _step(out_ptr, logits_ptr, u_ptr, row_stride, k, top_p, inv_temp, K, 1)
-
-
-@triton.jit
-def step_temp_after(out_ptr, logits_ptr, u_ptr, row_stride, k, top_p, inv_temp, K: tl.constexpr):
-    _step(out_ptr, logits_ptr, u_ptr, row_stride, k, top_p, inv_temp, K, 2)
-
-
-@triton.jit
-def step_k_plus_1(out_ptr, logits_ptr, u_ptr, row_stride, k, top_p, inv_temp, K: tl.constexpr):
-    _step(out_ptr, logits_ptr, u_ptr, row_stride, k, top_p, inv_temp, K, 3)
-
-
-@triton.jit
-def step_no_top_k(out_ptr, logits_ptr, u_ptr, row_stride, k, top_p, inv_temp, K: tl.constexpr):
-    _step(out_ptr, logits_ptr, u_ptr, row_stride, k, top_p, inv_temp, K, 4)
-
-
-@triton.jit
-def step_no_renorm(out_ptr, logits_ptr, u_ptr, row_stride, k, top_p, inv_temp, K: tl.constexpr):
-    _step(out_ptr, logits_ptr, u_ptr, row_stride, k, top_p, inv_temp, K, 5)
-
-
-@triton.jit
-def step_no_mass(out_ptr, logits_ptr, u_ptr, row_stride, k, top_p, inv_temp, K: tl.constexpr):
-    _step(out_ptr, logits_ptr, u_ptr, row_stride, k, top_p, inv_temp, K, 6)
-
-
-@triton.jit
-def step_constant(out_ptr, logits_ptr, u_ptr, row_stride, k, top_p, inv_temp, K: tl.constexpr):
-    _step(out_ptr, logits_ptr, u_ptr, row_stride, k, top_p, inv_temp, K, 7)
-
-
-@triton.jit
-def step_contiguous_rows(out_ptr, logits_ptr, u_ptr, row_stride, k, top_p, inv_temp, K: tl.constexpr):
-    _step(out_ptr, logits_ptr, u_ptr, K, k, top_p, inv_temp, K, 0)  # rows K apart, not row_stride
+STEP = "_step(out_ptr, logits_ptr, u_ptr, row_stride, k, top_p, inv_temp, K, 0)"
+# 9.2's plausible answers: _step with a mistake (its last argument), and rows read K apart instead of row_stride
+V = {
+    name: variant(step_right, name, {STEP: STEP.replace("K, 0)", f"K, {mistake})")})
+    for name, mistake in (
+        ("step_drop_top", 1),
+        ("step_temp_after", 2),
+        ("step_k_plus_1", 3),
+        ("step_no_top_k", 4),
+        ("step_no_renorm", 5),
+        ("step_no_mass", 6),
+        ("step_constant", 7),
+    )
+}
+V["step_contiguous_rows"] = variant(step_right, "step_contiguous_rows", {STEP: STEP.replace("row_stride", "K")})
 
 
 @triton.jit
@@ -255,14 +232,14 @@ def step_not_a_kernel(out_ptr, logits_ptr, u_ptr, row_stride, k, top_p, inv_temp
         (step_untouched, "not yet", ""),
         (None, "not yet", ""),
         (step_not_a_kernel, "wrong", "@triton.jit"),
-        (step_drop_top, "wrong", "drops the top token"),
-        (step_temp_after, "wrong", "before the softmax"),
-        (step_k_plus_1, "wrong", "k + 1 tokens"),
-        (step_no_top_k, "wrong", "only the first k lanes"),
-        (step_no_renorm, "wrong", "renormalize over the top k"),
-        (step_no_mass, "wrong", "scale u by the kept mass"),
-        (step_constant, "wrong", "the positions should be"),
-        (step_contiguous_rows, "wrong", "row_stride"),
+        (V["step_drop_top"], "wrong", "drops the top token"),
+        (V["step_temp_after"], "wrong", "before the softmax"),
+        (V["step_k_plus_1"], "wrong", "k + 1 tokens"),
+        (V["step_no_top_k"], "wrong", "only the first k lanes"),
+        (V["step_no_renorm"], "wrong", "renormalize over the top k"),
+        (V["step_no_mass"], "wrong", "scale u by the kept mass"),
+        (V["step_constant"], "wrong", "the positions should be"),
+        (V["step_contiguous_rows"], "wrong", "row_stride"),
         (step_no_store, "wrong", "nothing stored"),
     ],
     ids=[
@@ -410,13 +387,13 @@ def test_merge_stages_cuts_the_library_kernel_and_its_uncut_copy_agrees(tmp_path
     import sys
     from pathlib import Path
 
-    from helpers.kernels import sampling
+    from helpers.kernels import topk_lanes
 
     path = Path(__file__).resolve().parent.parent / "tools" / "merge_stages.py"
     spec = importlib.util.spec_from_file_location("merge_stages", path)
     stages = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(stages)
-    kernel = inspect.getsource(sampling.lane_merge_kernel.fn)
+    kernel = inspect.getsource(topk_lanes.lane_merge_kernel.fn)
     src = stages.staged_source(kernel)
     assert all(src.count(f"if STOP == {s}:") == 1 for s in range(len(stages.CUTS)))
     with pytest.raises(ValueError, match="update tools/merge_stages.py"):

@@ -11,11 +11,17 @@ import torch
 
 import helpers  # noqa: F401  (first: interpreter or GPU)
 from helpers import lesson09
-from helpers.kernels import sampling
+from helpers.kernels import sampling, sampling_step, topk_lanes, topk_program
 from helpers.kernels.sampling import sample, softmax_topk
 from helpers.mode import DEVICE
 
 INF = float("-inf")
+
+
+def _compiled_merge(monkeypatch):
+    """The GPU's merge (SORT: tl.topk), interpreted: the launches of both designs read SORT when they are made."""
+    monkeypatch.setattr(topk_program, "SORT", True)
+    monkeypatch.setattr(topk_lanes, "SORT", True)
 
 
 @pytest.fixture(autouse=True)
@@ -73,7 +79,7 @@ def test_softmax_topk_k_larger_than_the_finite_entries():
 
 
 def test_softmax_topk_slices_of_a_long_row_merge():
-    plan = sampling.topk_plan(1, 3000, 64)
+    plan = topk_program.topk_plan(1, 3000, 64)
     assert plan["slices"] > 1  # the merge kernel combines several slices' states
     x = _rand(1, 3000, seed=3)
     x[0, 1024:2048] = INF  # a slice of only -inf: the identity
@@ -101,7 +107,7 @@ def test_softmax_topk_half_precision_inputs(dtype, tol):
 
 def test_softmax_topk_compiled_merge_path_under_the_interpreter(monkeypatch):
     """The GPU's merge (tl.topk) gives the same answer as the interpreter's rank-by-counting."""
-    monkeypatch.setattr(sampling, "SORT", True)
+    _compiled_merge(monkeypatch)
     x = _rand(2, 40, seed=10)
     x[0, :30] = INF
     for fn in (sampling.topk_per_program, sampling.topk_by_lanes):
@@ -112,9 +118,9 @@ def test_softmax_topk_compiled_merge_path_under_the_interpreter(monkeypatch):
 def small_lanes(monkeypatch):
     """Lanes of 64 columns and 4 programs a launch (as on the CPU, also on a GPU), so that a short row
     gives each lane many logits (rows of 2000: 16 a lane)."""
-    monkeypatch.setattr(sampling, "LANE_BLOCK", 64)
-    monkeypatch.setattr(sampling, "lane_plan", functools.partial(sampling.lane_plan, target_programs=4))
-    assert sampling.lane_plan(2, 2000, 4)["slice_len"] // 64 == 16
+    monkeypatch.setattr(topk_lanes, "LANE_BLOCK", 64)
+    monkeypatch.setattr(topk_lanes, "lane_plan", functools.partial(topk_lanes.lane_plan, target_programs=4))
+    assert topk_lanes.lane_plan(2, 2000, 4)["slice_len"] // 64 == 16
 
 
 def lane_columns(lane, n_cols, chunk=4, block=64):
@@ -159,7 +165,7 @@ def test_lanes_every_value_tied_and_minus_inf_rows(small_lanes):
     few = torch.full((2, 2000), INF, device=DEVICE)  # 128 lanes a row: the search runs, the buffer holds them
     few[0, 100:105] = 1.0
     few[1, [7, 500, 1500]] = torch.tensor([2.0, 3.0, 1.0], device=DEVICE)
-    assert sampling.lane_plan(2, 2000, 4)["lanes_p2"] == 128
+    assert topk_lanes.lane_plan(2, 2000, 4)["lanes_p2"] == 128
     values, indices = _check(few, 10, fn=sampling.topk_by_lanes)
     assert set(indices[1, :3].tolist()) == {7, 500, 1500} and (values[:, 5:] == 0).all()
     xb = _rand(3, 2000, seed=22, dtype=torch.bfloat16).round()  # bfloat16 with many ties
@@ -171,7 +177,7 @@ def test_lanes_search_that_stops_early_keeps_only_real_lanes():
     T stops (half the candidate buffer, 64), so it stops before its first count (T is the lowest value) and
     must not take the 6 padding lanes (a logit 0.0 at column 0 each) for candidates: every logit is negative."""
     x = -1 - _rand(3, 40, seed=26).abs()
-    assert sampling.lane_plan(*x.shape, 4)["lanes_p2"] == 16
+    assert topk_lanes.lane_plan(*x.shape, 4)["lanes_p2"] == 16
     for k in (1, 40):
         _check(x, k, fn=sampling.topk_by_lanes)
 
@@ -181,7 +187,7 @@ def test_lanes_whole_row_fallback_is_sorted_on_the_compiled_path(monkeypatch, sm
     chunks, so dozens of unclean lanes) send the row through the per-block merge. Its compiled branch (SORT: tl.topk for a block with
     many winners, the winners loop for a few, both interpreted here) keeps its candidates in no order once
     the last block's three winners replace the weakest: they must be sorted before they are stored."""
-    monkeypatch.setattr(sampling, "SORT", True)
+    _compiled_merge(monkeypatch)
     x = _rand(2, 2000, seed=20)
     cols = torch.arange(2000, device=DEVICE)
     big = cols % 256 < 48 * 4  # lanes 0-47 of each step of 64 lanes x 4 columns
@@ -194,7 +200,7 @@ def test_lanes_more_unclean_lanes_than_one_gather_takes(small_lanes):
     """Rows of 8000 in the small plan: 2 slices of 64 lanes, 64 logits a lane, so the merge gathers the unclean
     lanes 32 at a time (a tile of 2048 logits). 40 lanes hold two large logits each, in different chunks:
     all 40 are unclean, read in two gathers, the second of 8 live lanes."""
-    plan = sampling.lane_plan(2, 8000, 4)
+    plan = topk_lanes.lane_plan(2, 8000, 4)
     assert (
         plan["slices"] == 2 and plan["slice_len"] // 64 == 64
     )  # uw = 64 logits a lane: 2048 // 64 = 32 lanes a gather
@@ -211,11 +217,11 @@ def test_lane_plan_slices_a_power_of_two():
     wanted) 5 slices become 4, so 1024 lanes, not 1280 padded to 2048; 200 rows: 6 slices become 8 (4 would
     leave fewer than 3/4 of the programs)."""
     for n_cols, chunk in [(32000, 8), (128256, 8), (256000, 8), (128256, 4), (256000, 4)]:
-        plan = sampling.lane_plan(256, n_cols, chunk, target_programs=1056)
+        plan = topk_lanes.lane_plan(256, n_cols, chunk, target_programs=1056)
         assert plan["slices"] * plan["block"] == plan["lanes_p2"] == 1024
-        assert sampling.lane_plan(64, n_cols, chunk, target_programs=1056)["slices"] == 16
-    assert sampling.lane_plan(200, 256000, 4, target_programs=1056)["slices"] == 8
-    assert sampling.lane_plan(128, 256000, 4, target_programs=1056)["slices"] == 8
+        assert topk_lanes.lane_plan(64, n_cols, chunk, target_programs=1056)["slices"] == 16
+    assert topk_lanes.lane_plan(200, 256000, 4, target_programs=1056)["slices"] == 8
+    assert topk_lanes.lane_plan(128, 256000, 4, target_programs=1056)["slices"] == 8
 
 
 @pytest.mark.parametrize("k", [1, 2, 50, 64])
@@ -228,7 +234,7 @@ def test_lanes_irregular_and_strided_rows(small_lanes, k):
 def test_lanes_refuse_a_k_they_do_not_keep_and_softmax_topk_dispatches():
     with pytest.raises(ValueError, match="lane kernels keep k <= 64"):
         sampling.topk_by_lanes(_rand(1, 300), 65)
-    assert sampling.use_lanes(256, 256000, 64) and not sampling.use_lanes(256, 256000, 128)
+    assert topk_lanes.use_lanes(256, 256000, 64) and not topk_lanes.use_lanes(256, 256000, 128)
     _check(_rand(2, 1500, seed=26), 1024)  # K = 1024: the per-program kernels (interpreted: torch)
     _check(_rand(2, 1500, seed=26), 200)  # K = 256: the per-program kernels
     _check(_rand(2, 300, seed=27), 65)
@@ -300,10 +306,10 @@ def test_the_kernel_draw_equals_the_sorted_draw_for_the_same_uniform():
 def test_sample_through_the_lanes_equals_the_sorted_draw(monkeypatch, small_lanes):
     """sample with a top_k through the lane kernels (temperature folded into their exp2) picks what a full
     sort picks for the same u; greedy through them is the argmax."""
-    monkeypatch.setattr(sampling, "LANE_MIN_ELEMENTS", 0)
+    monkeypatch.setattr(topk_lanes, "LANE_MIN_ELEMENTS", 0)
     x = _rand(4, 2000, seed=28)
     x[1, lane_columns(3, 2000)] += 6.0  # many of the top 40 in one lane (its 4 columns of each step)
-    assert sampling.use_lanes(4, 2000, 64)
+    assert topk_lanes.use_lanes(4, 2000, 64)
     for top_k, top_p, temperature in ((5, 0.9, 0.8), (40, None, 1.3), (64, 0.5, 0.7)):
         gen = lambda: torch.Generator(device=DEVICE).manual_seed(6)  # noqa: E731
         got = sample(x, temperature=temperature, top_k=top_k, top_p=top_p, generator=gen())
@@ -319,7 +325,7 @@ def test_sample_takes_temperature_and_top_p_with_each_call(monkeypatch, small_la
     so one ready function serves them all (no new entry), and every draw is the sorted draw of its own settings
     for the same u (a value kept from the first call would pick the first call's tokens)."""
     if lanes:
-        monkeypatch.setattr(sampling, "LANE_MIN_ELEMENTS", 0)
+        monkeypatch.setattr(topk_lanes, "LANE_MIN_ELEMENTS", 0)
     x = _rand(16, 2000, seed=29, scale=1.0)
     settings = ((0.5, 0.9), (3.0, 0.95), (0.05, 0.5), (1.7, 0.3))
     for top_k in (40, None):
@@ -353,7 +359,7 @@ def test_the_direct_path_passes_each_calls_scalars(monkeypatch, small_lanes, lan
     x = _rand(4, 2000, seed=50)
     monkeypatch.setattr(launch, "current_device", lambda: x.device.index)  # None on a CPU: no device to enter
     if lanes:
-        monkeypatch.setattr(sampling, "LANE_MIN_ELEMENTS", 0)
+        monkeypatch.setattr(topk_lanes, "LANE_MIN_ELEMENTS", 0)
     seen = []
     for temperature, top_p in ((0.5, 0.9), (0.5, 0.9), (2.0, 0.3)):
         calls.clear()
@@ -361,9 +367,9 @@ def test_the_direct_path_passes_each_calls_scalars(monkeypatch, small_lanes, lan
         (slice_name, slice_args), (merge_name, merge_args) = calls[-2:]  # the call's two launches
         assert slice_name.endswith("slice_kernel") and merge_name.endswith("merge_kernel")
         scale = 1 / temperature
-        assert slice_args[-1] == pytest.approx(scale * (sampling.LOG2E if lanes else 1.0))
+        assert slice_args[-1] == pytest.approx(scale * (sampling_step.LOG2E if lanes else 1.0))
         assert merge_args[merge_args.index(20) - 1] == pytest.approx(scale)  # ..., scale, k, top_p, ...
-        assert merge_args[merge_args.index(20) + 1] == pytest.approx(sampling.nucleus_bound(top_p), abs=1e-9)
+        assert merge_args[merge_args.index(20) + 1] == pytest.approx(sampling_step.nucleus_bound(top_p), abs=1e-9)
         seen.append(merge_args)
     assert seen[1] is seen[0] and seen[2] is not seen[0]  # the same values: bound once
     assert len(sampling._CALLS) == 1
@@ -378,7 +384,7 @@ def test_sample_at_extreme_temperatures(monkeypatch, small_lanes, n_cols):
     instead, and a temperature whose 1 / temperature is out of float32's comfort (below MIN_TEMPERATURE, above
     MAX_TEMPERATURE) goes to the float64 sort. Near 0 every setting is the argmax (once: ids at random); near
     infinity every finite logit is as likely and -inf never drawn."""
-    monkeypatch.setattr(sampling, "LANE_MIN_ELEMENTS", 0)  # rows of 2000: the lane kernels (with a top_k)
+    monkeypatch.setattr(topk_lanes, "LANE_MIN_ELEMENTS", 0)  # rows of 2000: the lane kernels (with a top_k)
     x = _rand(4, n_cols, seed=31, scale=100.0)
     x[:, ::3] = INF
     for temperature, big in ((1e-3, 1), (1e-20, 1), (1e-30, 1e8), (1e-36, 1), (1e-44, 1)):
@@ -413,7 +419,7 @@ def test_sample_gives_minus_one_for_a_row_without_a_softmax(monkeypatch, small_l
     when those rows are ordinary (the same uniforms). The float64 sort too (a top_k beyond the kernels, a
     temperature beyond their range), and greedy, whatever argmax would say of a NaN or an inf."""
     if lanes:
-        monkeypatch.setattr(sampling, "LANE_MIN_ELEMENTS", 0)
+        monkeypatch.setattr(topk_lanes, "LANE_MIN_ELEMENTS", 0)
     n_cols = 2000
     x, good = _rows_without_a_softmax(n_cols)
     before = x.clone()
@@ -423,7 +429,7 @@ def test_sample_gives_minus_one_for_a_row_without_a_softmax(monkeypatch, small_l
         dict(top_k=40),
         dict(top_p=0.8),
         dict(top_k=50, top_p=0.9),
-        dict(top_k=sampling.MAX_K + 1),
+        dict(top_k=sampling_step.MAX_K + 1),
         dict(temperature=1e-40, top_k=5),
         dict(temperature=1e40),
     ]
@@ -445,16 +451,16 @@ def test_a_slice_of_only_minus_inf_and_nan_still_marks_its_row():
     x = _rand(2, 4096, seed=34)
     x[0, 2048:] = INF
     x[0, 4000] = float("nan")
-    plan = sampling.topk_plan(1, 4096, 8)
+    plan = topk_program.topk_plan(1, 4096, 8)
     S = plan["slices"]
     assert S >= 2 and plan["slice_len"] <= 2048  # the last slice: -inf and the NaN only
-    md = torch.zeros(S, 2, device=DEVICE)
+    stats = torch.zeros(S, 2, device=DEVICE)
     keys = torch.zeros(S, 8, dtype=torch.int64, device=DEVICE)
-    sampling.topk_slice_kernel[(1, S)](
-        md,
+    topk_program.topk_slice_kernel[(1, S)](
+        stats,
         keys,
         x[0],
-        md,
+        stats,
         4096,
         1,
         4096,
@@ -464,9 +470,9 @@ def test_a_slice_of_only_minus_inf_and_nan_still_marks_its_row():
         K=8,
         BLOCK=plan["block"],
         GUMBEL=False,
-        SORT=sampling.SORT,
+        SORT=sampling_step.SORT,
     )
-    assert md[-1].isnan().any() and not md[0].isnan().any()
+    assert stats[-1].isnan().any() and not stats[0].isnan().any()
     for kw in (dict(temperature=0), dict(), dict(top_k=5)):
         ids = sample(x, generator=torch.Generator(device=DEVICE).manual_seed(1), **kw)
         assert ids[0] == -1 and ids[1] >= 0, kw
@@ -484,7 +490,7 @@ def test_sample_compiled_merge_path_under_the_interpreter(monkeypatch):
     x = _rand(3, 40, seed=14)
     gen = lambda: torch.Generator(device=DEVICE).manual_seed(4)  # noqa: E731
     want = [sample(x, top_k=3, top_p=0.8, generator=gen()), sample(x, temperature=0.9, generator=gen())]
-    monkeypatch.setattr(sampling, "SORT", True)
+    _compiled_merge(monkeypatch)
     got = [sample(x, top_k=3, top_p=0.8, generator=gen()), sample(x, temperature=0.9, generator=gen())]
     assert all(torch.equal(a, b) for a, b in zip(got, want))
 
@@ -492,7 +498,7 @@ def test_sample_compiled_merge_path_under_the_interpreter(monkeypatch):
 def test_compiled_merge_many_and_few_winners(monkeypatch):
     """The GPU's merge with blocks of 64: the first block of a slice has many winners (tl.topk), later
     ones a few (moved one at a time); both must keep the same top k as float64 torch."""
-    monkeypatch.setattr(sampling, "SORT", True)
+    _compiled_merge(monkeypatch)
 
     def plan(n_rows, n_cols, K, target_programs=None):
         slice_len = 256
@@ -505,7 +511,7 @@ def test_compiled_merge_many_and_few_winners(monkeypatch):
             "warps": 4,
         }
 
-    monkeypatch.setattr(sampling, "topk_plan", plan)
+    monkeypatch.setattr(topk_program, "topk_plan", plan)
     monkeypatch.setattr(sampling, "use_lanes", lambda *args: False)
     x = _rand(2, 500, seed=15)
     x[1, 300:] += 4.0  # later blocks full of winners again: the bitonic path after the loop path
@@ -549,7 +555,8 @@ def test_no_launch_asks_tl_topk_for_fewer_than_two_lanes(monkeypatch):
     interpreter does not show: every launch, greedy and Gumbel-max included, keeps K >= 2 lanes."""
     seen = []
     for name in ("topk_slice_kernel", "topk_merge_kernel", "lane_merge_kernel"):
-        monkeypatch.setattr(sampling, name, _LaunchSpy(getattr(sampling, name), seen))
+        module = topk_lanes if name.startswith("lane") else topk_program  # where the launches read the kernel
+        monkeypatch.setattr(module, name, _LaunchSpy(getattr(module, name), seen))
     x = _rand(2, 300, seed=17)
     gen = torch.Generator(device=DEVICE).manual_seed(0)
     _check(x, 1)
@@ -559,7 +566,7 @@ def test_no_launch_asks_tl_topk_for_fewer_than_two_lanes(monkeypatch):
     sample(x, top_k=1, generator=gen)
     sample(x, top_p=0.01, generator=gen)
     # 2 launches with K for each per-program call, 1 for each lane call (the slice kernel has no K)
-    want = sum(2 - sampling.use_lanes(2, 300, K) for K in (2, 2, 2, 2)) + 2 + 2  # + Gumbel-max, top_p alone
+    want = sum(2 - topk_lanes.use_lanes(2, 300, K) for K in (2, 2, 2, 2)) + 2 + 2  # + Gumbel-max, top_p alone
     assert len(seen) == want and min(seen) >= 2
     assert [sampling.candidate_lanes(k) for k in (1, 2, 3, 50, 1024)] == [2, 2, 4, 64, 1024]
 
@@ -568,37 +575,37 @@ COMPILE_FOR_SM90 = r"""
 import torch
 torch.cuda.is_available = lambda: True  # helpers decorates its kernels for compilation, as on a GPU
 import helpers
-from helpers.kernels import sampling
+from helpers.kernels import sampling, topk_lanes, topk_program
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-SLICE = {"md_ptr": "*fp32", "keys_ptr": "*i64", "in_ptr": "*bf16", "seed_ptr": "*i32", "in_row_stride": "i32",
+SLICE = {"stats_ptr": "*fp32", "keys_ptr": "*i64", "in_ptr": "*bf16", "seed_ptr": "*i32", "in_row_stride": "i32",
          "in_col_stride": "i32", "n_cols": "i32", "slice_len": "i32", "n_slices": "i32", "scale": "fp32"}
-MERGE = {"out_ptr": "*fp32", "idx_ptr": "*i64", "md_ptr": "*fp32", "keys_ptr": "*i64", "u_ptr": "*fp32",
+MERGE = {"out_ptr": "*fp32", "idx_ptr": "*i64", "stats_ptr": "*fp32", "keys_ptr": "*i64", "u_ptr": "*fp32",
          "n_slices": "i32", "scale": "fp32", "k": "i32", "top_p": "fp32"}
-LANE_SLICE = {"md_ptr": "*fp32", "lm_ptr": "*fp32", "lv_ptr": "*fp32", "lc_ptr": "*i32", "in_ptr": "*bf16",
+LANE_SLICE = {"stats_ptr": "*fp32", "lane_max_ptr": "*fp32", "lane_v2_ptr": "*fp32", "lane_col_ptr": "*i32", "in_ptr": "*bf16",
               "in_row_stride": "i32", "in_col_stride": "i32", "n_cols": "i32", "slice_len": "i32", "n_slices": "i32",
-              "sl2e": "fp32"}
-LANE_MERGE = {"out_ptr": "*fp32", "idx_ptr": "*i64", "md_ptr": "*fp32", "lm_ptr": "*fp32", "lv_ptr": "*fp32",
-              "lc_ptr": "*i32", "buf_ptr": "*i64", "ubuf_ptr": "*i32", "in_ptr": "*bf16", "u_ptr": "*fp32",
+              "scale_log2e": "fp32"}
+LANE_MERGE = {"out_ptr": "*fp32", "idx_ptr": "*i64", "stats_ptr": "*fp32", "lane_max_ptr": "*fp32", "lane_v2_ptr": "*fp32",
+              "lane_col_ptr": "*i32", "buf_ptr": "*i64", "ubuf_ptr": "*i32", "in_ptr": "*bf16", "u_ptr": "*fp32",
               "in_row_stride": "i32", "in_col_stride": "i32", "n_cols": "i32", "slice_len": "i32", "n_slices": "i32",
-              "sl2e": "fp32", "scale": "fp32", "k": "i32", "top_p": "fp32", "stop": "i32", "n_real": "i32"}
+              "scale_log2e": "fp32", "scale": "fp32", "k": "i32", "top_p": "fp32", "stop": "i32", "n_real": "i32"}
 K = sampling.candidate_lanes(1)
-plan = sampling.lane_plan(1, 256000, 8, target_programs=1056)
+plan = topk_lanes.lane_plan(1, 256000, 8, target_programs=1056)
 assert plan["lanes_p2"] == 4096 and plan["merge_warps"] == 8
 lanes = dict(BLOCK=plan["block"], SLICES=plan["slices_p2"], CHUNK=8, LANES=plan["lanes_p2"], CAP=128,
-             UCAP=sampling.UNCLEAN_LANES, UB=32, UW=64, RENORM=True, SORT=True, PDL=True)
-for fn, sig, const, warps in [(sampling.lane_slice_kernel, LANE_SLICE, dict(BLOCK=plan["block"], CHUNK=8, PDL=True, STAGES=3), plan["warps"]),
-                              (sampling.lane_merge_kernel, LANE_MERGE, dict(lanes, K=K, MODE=0), plan["merge_warps"]),
-                              (sampling.lane_merge_kernel, LANE_MERGE, dict(lanes, K=64, MODE=1), plan["merge_warps"])]:
+             UNCLEAN_CAP=topk_lanes.UNCLEAN_LANES, UNCLEAN_BATCH=32, UNCLEAN_WIDTH=64, RENORM=True, SORT=True, PDL=True)
+for fn, sig, const, warps in [(topk_lanes.lane_slice_kernel, LANE_SLICE, dict(BLOCK=plan["block"], CHUNK=8, PDL=True, STAGES=3), plan["warps"]),
+                              (topk_lanes.lane_merge_kernel, LANE_MERGE, dict(lanes, K=K, MODE=0), plan["merge_warps"]),
+                              (topk_lanes.lane_merge_kernel, LANE_MERGE, dict(lanes, K=64, MODE=1), plan["merge_warps"])]:
     sig = dict(sig, **{name: "constexpr" for name in const})
     triton.compile(ASTSource(fn=fn, signature=sig, constexprs=const), target=GPUTarget("cuda", 90, 32),
                    options={"num_warps": warps})
     print("compiled", fn.__name__, const)
-for fn, sig, const in [(sampling.topk_slice_kernel, SLICE, dict(K=K, BLOCK=64, GUMBEL=True, SORT=True)),
-                       (sampling.topk_merge_kernel, MERGE, dict(K=K, SLICES=2, MODE=0, RENORM=True, SORT=True)),
-                       (sampling.topk_merge_kernel, MERGE, dict(K=4, SLICES=2, MODE=1, RENORM=False, SORT=True))]:
+for fn, sig, const in [(topk_program.topk_slice_kernel, SLICE, dict(K=K, BLOCK=64, GUMBEL=True, SORT=True)),
+                       (topk_program.topk_merge_kernel, MERGE, dict(K=K, SLICES=2, MODE=0, RENORM=True, SORT=True)),
+                       (topk_program.topk_merge_kernel, MERGE, dict(K=4, SLICES=2, MODE=1, RENORM=False, SORT=True))]:
     sig = dict(sig, **{name: "constexpr" for name in const})
     triton.compile(ASTSource(fn=fn, signature=sig, constexprs=const), target=GPUTarget("cuda", 90, 32))
     print("compiled", fn.__name__, const)
@@ -682,8 +689,8 @@ def test_lanes_of_one_chunk_a_row(monkeypatch, M, N):
     """Rows of at most one chunk get one lane a row (block 1): with an odd number of rows the parts before the
     candidate buffer are an odd number of 4-byte words, and the buffer's int64s must still start on 8 bytes
     (once a RuntimeError: tall inputs such as 16001 x 2 float32 took the lane kernels and failed)."""
-    monkeypatch.setattr(sampling, "LANE_MIN_ELEMENTS", 0)
-    assert sampling.lane_plan(M, N, 4)["block"] == (1 if N <= 4 else 2)
+    monkeypatch.setattr(topk_lanes, "LANE_MIN_ELEMENTS", 0)
+    assert topk_lanes.lane_plan(M, N, 4)["block"] == (1 if N <= 4 else 2)
     _check(_rand(M, N, seed=M * N), min(N, 2), fn=sampling.topk_by_lanes)
     _check(_rand(M, N, seed=M + N, dtype=torch.bfloat16), 1, tol=1e-2, fn=sampling.topk_by_lanes)
     ids = sample(_rand(M, N, seed=N), top_k=2, generator=torch.Generator(device=DEVICE).manual_seed(0))
@@ -729,8 +736,8 @@ def test_the_nucleus_ends_where_the_mass_before_a_token_reaches_top_p(monkeypatc
         if path == "lanes":
             if top_k is None:
                 pytest.skip("a nucleus without a top_k takes the per-program kernels")
-            monkeypatch.setattr(sampling, "LANE_MIN_ELEMENTS", 0)
-        assert sampling.use_lanes(400, 4, sampling.candidate_lanes(4)) == (path == "lanes")
+            monkeypatch.setattr(topk_lanes, "LANE_MIN_ELEMENTS", 0)
+        assert topk_lanes.use_lanes(400, 4, sampling.candidate_lanes(4)) == (path == "lanes")
         ids = sample(x, top_k=top_k, top_p=0.8, generator=_seeded(0))
     assert set(ids.tolist()) == {0, 3}
 
@@ -740,7 +747,7 @@ def test_ties_keep_the_lower_columns_on_every_path(monkeypatch, small_lanes, lan
     """Equal logits: the kernels (k <= 1024) and the sorts (k > 1024, or a nucleus past the candidates) keep the
     lowest columns, exactly k of them (once the sorts kept an arbitrary set)."""
     if lanes:
-        monkeypatch.setattr(sampling, "LANE_MIN_ELEMENTS", 0)
+        monkeypatch.setattr(topk_lanes, "LANE_MIN_ELEMENTS", 0)
     x = torch.ones(16, 1200, device=DEVICE)
     for k in (5, 64) if lanes else (5, 300, 1100):
         values, indices = softmax_topk(x, k)

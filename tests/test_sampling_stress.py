@@ -10,7 +10,7 @@ import sampling_stress as stress
 import torch
 
 import helpers  # noqa: F401  (first: interpreter or GPU)
-from helpers.kernels import sampling
+from helpers.kernels import sampling_step
 from helpers.mode import DEVICE, ON_GPU
 
 
@@ -83,4 +83,4 @@ def test_a_timed_run_on_the_gpu_passes(monkeypatch):
     counts = stress.run(seconds=float(os.environ.get("SAMPLING_STRESS_SECONDS", 30)), log=lambda *_: None)
     paths = set(counts)
     assert {"sample top_k lanes", "sample top_k per_program", "softmax_topk lanes"} <= paths, paths
-    assert sampling.MAX_K == 1024
+    assert sampling_step.MAX_K == 1024

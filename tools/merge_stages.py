@@ -3,7 +3,7 @@
     python tools/merge_stages.py            # figures/data/topk_merge_stages_<gpu>.csv, about 4 minutes on an H100
     python tools/merge_stages.py --smoke    # any machine (CPU: the interpreter): each cut once on a tiny row
 
-The merge of ``softmax_topk(x, 50)`` on the lane path (``helpers.kernels.sampling.lane_merge_kernel``) is a chain
+The merge of ``softmax_topk(x, 50)`` on the lane path (``helpers.kernels.topk_lanes.lane_merge_kernel``) is a chain
 of dependent steps, one program a row. This script copies that kernel's source and adds a constexpr ``STOP``: the
 copy returns after step ``STOP``, having stored a value that depends on everything computed so far (so that the
 compiler removes nothing before it, and adds no reduction of its own). Each copy is timed alone in a CUDA graph
@@ -47,7 +47,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from helpers import gpu_data  # noqa: E402
-from helpers.kernels import sampling  # noqa: E402
+from helpers.kernels import sampling, topk_lanes  # noqa: E402
 from helpers.mode import DEVICE, ON_GPU  # noqa: E402
 
 SHAPES = [
@@ -75,7 +75,7 @@ KEEP = "tl.store(out_ptr + row * k + lane * 0, {v}.to(out_ptr.dtype.element_ty),
 CUTS = [
     ("row = tl.program_id(0).to(tl.int64)", ["tl.store(out_ptr + row * k, (row * 0).to(out_ptr.dtype.element_ty))"]),
     (
-        "d = tl.sum(d_s * tl.exp2((m_s - m) * sl2e), 0)",
+        "d = tl.sum(d_s * tl.exp2((m_s - m) * scale_log2e), 0)",
         ["tl.store(out_ptr + row * k, (m + d).to(out_ptr.dtype.element_ty))"],
     ),
     (
@@ -112,7 +112,7 @@ CUTS = [
         ],
     ),
 ]
-SORT_LINE = "    if (count <= CAP) & (n_unclean <= UCAP):"
+SORT_LINE = "    if (count <= CAP) & (n_unclean <= UNCLEAN_CAP):"
 
 
 def staged_source(src: str) -> str:
@@ -149,10 +149,12 @@ def staged_source(src: str) -> str:
 def staged_kernel():
     """The cut copy, compiled from a file (Triton reads a kernel's source back from where it was defined); written
     once a run: the cuts are the same at every shape."""
-    src = inspect.getsource(sampling.lane_merge_kernel.fn)
+    src = inspect.getsource(topk_lanes.lane_merge_kernel.fn)
     src = staged_source(src)
     names = sorted(
-        n for n in vars(sampling) if not n.startswith("_") and n != "lane_merge_kernel" and re.search(rf"\b{n}\b", src)
+        n
+        for n in vars(topk_lanes)
+        if not n.startswith("_") and n != "lane_merge_kernel" and re.search(rf"\b{n}\b", src)
     )
     folder = tempfile.mkdtemp(prefix="merge_stages_")
     # Triton (and its interpreter, at a kernel's first call) reads the source back from the file, so it stays
@@ -161,7 +163,7 @@ def staged_kernel():
     path = Path(folder) / "merge_stages_kernel.py"
     path.write_text(
         "import triton\nimport triton.language as tl\n"
-        f"from helpers.kernels.sampling import {', '.join(names)}\n\n\n{src}"
+        f"from helpers.kernels.topk_lanes import {', '.join(names)}\n\n\n{src}"
     )
     spec = importlib.util.spec_from_file_location("merge_stages_kernel", path)
     module = importlib.util.module_from_spec(spec)
@@ -174,7 +176,7 @@ def captured_merge(x, k=50):
     merge again with the same arguments, or a cut copy of it with STOP=stop). Without programmatic dependent
     launch: the merge runs alone."""
     seen = {}
-    real = sampling.lane_merge_kernel
+    real = topk_lanes.lane_merge_kernel
 
     class Recorder:
         def __getitem__(self, grid):
@@ -184,12 +186,12 @@ def captured_merge(x, k=50):
 
             return launch
 
-    sampling.lane_merge_kernel = Recorder()
+    topk_lanes.lane_merge_kernel = Recorder()
     sampling._CALLS.clear()  # a ready function made before would not launch through the recorder
     try:
         values, indices = sampling.softmax_topk(x, k)
     finally:
-        sampling.lane_merge_kernel = real
+        topk_lanes.lane_merge_kernel = real
         sampling._CALLS.clear()  # nor may the one made now, through it, serve later calls
     if not seen:
         raise RuntimeError(f"softmax_topk({tuple(x.shape)}, {k}) did not take the lane kernels")

@@ -38,7 +38,7 @@ import torch  # noqa: E402
 
 import helpers  # noqa: E402  (first: interpreter or GPU)
 from helpers import gpu_data, launch  # noqa: E402
-from helpers.kernels import sampling  # noqa: E402
+from helpers.kernels import sampling, sampling_step, topk_lanes  # noqa: E402
 
 ROWS = (1, 2, 3, 8, 31, 64, 99, 128, 256, 989, 1024)
 COLS = (111, 1000, 4096, 32000, 50257, 128256, 151936, 256000)
@@ -140,20 +140,20 @@ def path_of(api, M, N, k=None, temperature=1.0, top_k=None, top_p=None):
     if api == "softmax_topk":
         K = sampling.candidate_lanes(k)
         return "softmax_topk " + (
-            "sort" if k > sampling.MAX_K else "lanes" if sampling.use_lanes(M, N, K) else "per_program"
+            "sort" if k > sampling_step.MAX_K else "lanes" if topk_lanes.use_lanes(M, N, K) else "per_program"
         )
     if temperature == 0:
-        return "sample greedy " + ("lanes" if sampling.use_lanes(M, N, 2) else "per_program")
-    if not sampling.MIN_TEMPERATURE <= temperature <= sampling.MAX_TEMPERATURE:
+        return "sample greedy " + ("lanes" if topk_lanes.use_lanes(M, N, 2) else "per_program")
+    if not sampling_step.MIN_TEMPERATURE <= temperature <= sampling_step.MAX_TEMPERATURE:
         return "sample sort (temperature)"
     nucleus = top_p is not None and top_p < 1
     if top_k is None and not nucleus:
         return "sample gumbel"
-    kk = min(top_k, N) if top_k is not None else min(sampling.TOP_P_BOUND, N)
+    kk = min(top_k, N) if top_k is not None else min(sampling_step.TOP_P_BOUND, N)
     what = "top_k" if not nucleus else ("top_p" if top_k is None else "top_k+top_p")
-    if kk > sampling.MAX_K:
+    if kk > sampling_step.MAX_K:
         return f"sample {what} sort"
-    return f"sample {what} " + ("lanes" if sampling.use_lanes(M, N, sampling.candidate_lanes(kk)) else "per_program")
+    return f"sample {what} " + ("lanes" if topk_lanes.use_lanes(M, N, sampling.candidate_lanes(kk)) else "per_program")
 
 
 def draw_setting(rng):
@@ -296,7 +296,7 @@ def main(argv=None) -> int:
     if a.max_entries:
         launch.MAX_ENTRIES = a.max_entries
     if a.no_pdl:
-        sampling.launch_pdl = lambda device_index: False
+        topk_lanes.launch_pdl = lambda device_index: False
     start = time.time()
     try:
         if a.cover:
