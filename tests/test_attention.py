@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
+from compiling import compile_report
 
 import helpers
 from helpers import DEVICE
@@ -630,31 +631,7 @@ print(json.dumps(out))
 def _compile_for_sm90(cases, tmp_path):
     """_COMPILE's report on each case, compiled for sm_90a by the installed Triton in a fresh process
     (no interpreter); skips where this Triton has no CUDA target."""
-    import json
-    import os
-    import subprocess
-    import sys
-
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["TRITON_DEFAULT_FP_FUSION"] = "1"
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            _COMPILE,
-            str(ROOT / "helpers" / "kernels" / "attention.py"),
-            str(tmp_path),
-            json.dumps(cases),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
-    if r.returncode != 0 and ("GPUTarget" in r.stderr or "No module named" in r.stderr):
-        pytest.skip("this Triton cannot compile for a CUDA target here: " + r.stderr.strip().splitlines()[-1])
-    assert r.returncode == 0, r.stderr[-3000:]
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    return compile_report(_COMPILE, ROOT / "helpers" / "kernels" / "attention.py", tmp_path, cases)
 
 
 #: What lesson 07 says the descriptor kernel's masked loop (causal attention, or keys that do not fill their

@@ -16,6 +16,7 @@ from pathlib import Path
 import backward_bench  # tools/backward_bench.py
 import pytest
 import torch
+from compiling import compile_report
 
 import helpers
 from helpers import gpu_data, lesson08
@@ -200,33 +201,12 @@ def test_the_float32_long_row_tile_compiles_for_an_h100(tmp_path):
     """Lesson 08's claims about the float32 one-row tile, compiled for sm_90a by this Triton (no GPU
     needed): at 8 warps a row of 16384 columns stays in registers; at 32768 columns (y and dy fill an SM's
     65536 registers) every warp count spills a few bytes a thread, 8 warps no more than 128."""
-    import json
-    import os
-
     if helpers.ON_GPU:
         pytest.skip("compiles for sm_90a without a GPU")
     pytest.importorskip("triton.backends.nvidia")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["TRITON_DEFAULT_FP_FUSION"] = "1"
     cases = [[16384, 8], [32768, 8], [32768, 16], [32768, 32]]
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            _COMPILE_TILE,
-            str(ROOT / "helpers" / "kernels" / "backward.py"),
-            str(tmp_path),
-            json.dumps(cases),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
-    if r.returncode != 0 and ("GPUTarget" in r.stderr or "No module named" in r.stderr):
-        pytest.skip("this Triton cannot compile for a CUDA target here: " + r.stderr.strip().splitlines()[-1])
-    assert r.returncode == 0, r.stderr[-3000:]
-    got = {(c["block_n"], c["warps"]): c["spills"] for c in json.loads(r.stdout.strip().splitlines()[-1])}
+    report = compile_report(_COMPILE_TILE, ROOT / "helpers" / "kernels" / "backward.py", tmp_path, cases)
+    got = {(c["block_n"], c["warps"]): c["spills"] for c in report}
     if None in got.values():
         pytest.skip("no ptxas to count spills with")
     assert got[(16384, 8)] == 0, got

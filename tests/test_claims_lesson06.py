@@ -204,19 +204,20 @@ def test_the_result_at_few_long_rows(bench, frac, spread):
     assert "its 256 MiB do not fit in L2" in text and 1024 * 65536 * 4 == 256 * 2**20
 
 
+def coop_choices():
+    """The tuner's choice for the cooperative kernel at each (dtype, M, N) of the H100's tuning table: the fastest."""
+    tuning = data.load("tuning_nvidia_h100_80gb_hbm3")
+    ok = tuning[(tuning.kind == "coop") & (tuning.status == "ok")]
+    return ok.sort_values("graph_ms").groupby(["dtype", "M", "N"]).first()
+
+
 def gpu_l2() -> int:
     return int(data.load("device_props").l2_bytes.iloc[0])
 
 
 def test_the_cooperative_kernels_counters(ncu, bench, gpu, frac, spread):
     recorded = gpu[2]
-    tuning = data.load("tuning_nvidia_h100_80gb_hbm3")
-    chosen = (
-        tuning[(tuning.kind == "coop") & (tuning.status == "ok")]
-        .sort_values("graph_ms")
-        .groupby(["dtype", "M", "N"])
-        .first()
-    )
+    chosen = coop_choices()
     coop = ncu[ncu.kernel == "split_coop"].set_index(["dtype", "M", "N"])
     coop["warps"] = coop.block // 32
     occ = [helpers.occupancy(int(r), 0, int(w), recorded) for r, w in zip(coop.registers, coop.warps)]
@@ -264,13 +265,7 @@ def test_the_cooperative_kernels_counters(ncu, bench, gpu, frac, spread):
 
 
 def test_the_tuners_choice_and_the_other_design(frac, spread):
-    tuning = data.load("tuning_nvidia_h100_80gb_hbm3")
-    chosen = (
-        tuning[(tuning.kind == "coop") & (tuning.status == "ok")]
-        .sort_values("graph_ms")
-        .groupby(["dtype", "M", "N"])
-        .first()
-    )
+    chosen = coop_choices()
     uses = chosen[["slice_cols", "num_warps"]].astype(int)
     cfg = lambda d, M, N: f"{uses.loc[(d, M, N), 'slice_cols']} × {uses.loc[(d, M, N), 'num_warps']}"
     text = cell_with(D, "**No slice wins everywhere.**")
@@ -291,7 +286,7 @@ def test_the_tuners_choice_and_the_other_design(frac, spread):
     few = uses.xs(8, level="M").slice_cols  # "with few rows, long slices win"
     assert (few == uses.slice_cols.max()).all() or (few >= 8192).all()
     assert not data.noisy(spread.split_coop).any()  # "whose rounds agree within 10% at every shape"
-    assert "spread" not in tuning.columns  # the tuner records one timing each: the prose says so
+    assert "spread" not in data.load("tuning_nvidia_h100_80gb_hbm3").columns  # one timing each: the prose says so
     pick = frac[["softmax", "split", "split_coop"]]
     misses = pick[pick.softmax < 0.95 * pick[["split", "split_coop"]].max(axis=1)]
     assert len(misses) == 0  # the cell's output: within 5% at every shape

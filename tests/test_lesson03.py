@@ -291,19 +291,16 @@ def dim0_right(x, out, kernel):
     )
 
 
-def dim0_right_transposed_view(x, out, kernel):
-    xt = x.t()  # a view: the same memory, so not a copy
+def _rows_of(xt, out, kernel, **options):
+    """The fused kernel over the rows of xt, one program each, into out."""
+    block = triton.next_power_of_2(xt.shape[1])
     kernel[(xt.shape[0],)](
-        out,
-        xt,
-        xt.stride(0),
-        xt.stride(1),
-        out.stride(0),
-        xt.shape[1],
-        BLOCK_SIZE=triton.next_power_of_2(xt.shape[1]),
-        ACC=tl.float32,
-        num_warps=1,
+        out, xt, xt.stride(0), xt.stride(1), out.stride(0), xt.shape[1], BLOCK_SIZE=block, ACC=tl.float32, **options
     )
+
+
+def dim0_right_transposed_view(x, out, kernel):
+    _rows_of(x.t(), out, kernel, num_warps=1)  # a view: the same memory, so not a copy
 
 
 def dim0_strides_not_swapped(x, out, kernel):
@@ -321,17 +318,7 @@ def dim0_counts_swapped(x, out, kernel):
 
 
 def dim0_copy(x, out, kernel):
-    xt = x.t().contiguous()
-    kernel[(xt.shape[0],)](
-        out,
-        xt,
-        xt.stride(0),
-        xt.stride(1),
-        out.stride(0),
-        xt.shape[1],
-        BLOCK_SIZE=triton.next_power_of_2(xt.shape[1]),
-        ACC=tl.float32,
-    )
+    _rows_of(x.t().contiguous(), out, kernel)
 
 
 def dim0_clone(x, out, kernel):

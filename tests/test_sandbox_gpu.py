@@ -15,6 +15,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
+from checking import variant
 
 import helpers  # noqa: F401  (first: interpreter or GPU)
 from helpers import exercises, lesson03
@@ -36,27 +37,24 @@ def right_kernel(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale, 
     tl.store(out_ptr + row * out_row_stride + cols, numerator / tl.sum(numerator, axis=0), mask=mask)
 
 
-@triton.jit
-def wrong_row_stride_kernel(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale, BLOCK_SIZE: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    cols = tl.arange(0, BLOCK_SIZE)
-    mask = cols < n_cols
-    x = tl.load(in_ptr + row * n_cols + cols, mask=mask, other=0.0).to(tl.float32)  # n_cols is not the stride
-    z = tl.where(mask, x * scale, -float("inf"))
-    numerator = tl.exp(z - tl.max(z, axis=0))
-    tl.store(out_ptr + row * n_cols + cols, numerator / tl.sum(numerator, axis=0), mask=mask)
-
-
-@triton.jit
-def far_store_kernel(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, scale, BLOCK_SIZE: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    cols = tl.arange(0, BLOCK_SIZE)
-    mask = cols < n_cols
-    x = tl.load(in_ptr + row * in_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
-    z = tl.where(mask, x * scale, -float("inf"))
-    numerator = tl.exp(z - tl.max(z, axis=0))
-    far = (row + 1) * (1 << 40)  # far outside any allocation
-    tl.store(out_ptr + far + cols, numerator / tl.sum(numerator, axis=0), mask=mask)
+LOAD = "x = tl.load(in_ptr + row * in_row_stride + cols, mask=mask, other=0.0).to(tl.float32)"
+STORE = "tl.store(out_ptr + row * out_row_stride + cols, numerator / tl.sum(numerator, axis=0), mask=mask)"
+wrong_row_stride_kernel = variant(
+    right_kernel,
+    "wrong_row_stride_kernel",
+    {
+        LOAD: LOAD.replace("in_row_stride", "n_cols") + "  # n_cols is not the stride",
+        STORE: STORE.replace("out_row_stride", "n_cols"),
+    },
+)
+far_store_kernel = variant(
+    right_kernel,
+    "far_store_kernel",
+    {
+        STORE: "far = (row + 1) * (1 << 40)  # far outside any allocation\n"
+        + STORE.replace("row * out_row_stride", "far")
+    },
+)
 
 
 @triton.jit
