@@ -703,11 +703,15 @@ TEMPERATURE_WRONG = {
     "times_T": (_softmax_t(lambda z: z.max(dim=-1, keepdim=True).values, lambda x, T: x * T), "not softmax(x * T)"),
     "divide_after": (lambda x, T: torch.softmax(x, dim=-1) / T, "not the probabilities after it"),
     "no_shift": (lambda x, T: helpers.naive_softmax(x / T), "exp(x / T) overflows"),
-    "min": (_softmax_t(lambda z: z.min(dim=-1, keepdim=True).values), "shifting by the row minimum"),
-    "first": (_softmax_t(lambda z: z[..., :1]), "shifting by the row's first element"),
-    "mean": (_softmax_t(lambda z: z.mean(dim=-1, keepdim=True)), "shifting by the row mean"),
-    "global_max": (_softmax_t(lambda z: z.max()), "one maximum for the whole tensor"),
 }
+# The wrong shifts both 2.2 and 2.3 must name: (name, the shift of a row, the hint)
+WRONG_SHIFTS = [
+    ("min", lambda z: z.min(dim=-1, keepdim=True).values, "shifting by the row minimum"),
+    ("first", lambda z: z[..., :1], "shifting by the row's first element"),
+    ("mean", lambda z: z.mean(dim=-1, keepdim=True), "shifting by the row mean"),
+    ("global_max", lambda z: z.max(), "one maximum for the whole tensor"),
+]
+TEMPERATURE_WRONG.update({name: (_softmax_t(shift), hint) for name, shift, hint in WRONG_SHIFTS})
 
 
 @pytest.mark.parametrize("name", TEMPERATURE_WRONG)
@@ -735,11 +739,8 @@ LOG_SOFTMAX_WRONG = {
     "abs_max": (_log_softmax(lambda x: x.abs().max(dim=-1, keepdim=True).values), "the largest |x| is not the maximum"),
     "log_of_softmax": (lambda x: torch.log(helpers.stable_softmax(x)), "log(softmax(x))"),
     "log_of_torch_softmax": (lambda x: torch.log(torch.softmax(x, dim=-1)), "log(softmax(x))"),
-    "min": (_log_softmax(lambda x: x.min(dim=-1, keepdim=True).values), "shifting by the row minimum"),
-    "first": (_log_softmax(lambda x: x[..., :1]), "shifting by the row's first element"),
-    "mean": (_log_softmax(lambda x: x.mean(dim=-1, keepdim=True)), "shifting by the row mean"),
-    "global_max": (_log_softmax(lambda x: x.max()), "one maximum for the whole tensor"),
 }
+LOG_SOFTMAX_WRONG.update({name: (_log_softmax(shift), hint) for name, shift, hint in WRONG_SHIFTS})
 
 
 @pytest.mark.parametrize("name", LOG_SOFTMAX_WRONG)
