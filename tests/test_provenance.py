@@ -94,7 +94,8 @@ def test_a_folder_outside_any_repository_names_unknown(tmp_path, monkeypatch):
 
 def test_the_provenance_line_a_lesson_prints_carries_no_history():
     """Lessons print data.provenance(recording): GPU, versions, date and command. How a file was assembled
-    (commits, branches, runs kept under bench_runs/) belongs in its other header lines (commit, notes), or a
+    (commits, branches, runs kept under bench_runs/, a probe not kept in the course) belongs in its other header
+    lines (commit, notes), or a
     lesson re-executed would print the course's history (lesson 06 once stored such a line, and its claims
     test failed as soon as the cell ran again)."""
     import re
@@ -105,7 +106,7 @@ def test_the_provenance_line_a_lesson_prints_carries_no_history():
     found = {}
     for path in sorted(gpu_data.DATA_DIR.glob("*.csv")):
         line = data.provenance(data.load(str(path)))
-        bad = commit.findall(line) + [w for w in ("bench_runs", "wip/", "branch ") if w in line]
+        bad = commit.findall(line) + [w for w in ("bench_runs", "wip/", "branch ", "scratch_") if w in line]
         if bad:
             found[path.name] = bad
     assert not found, found
