@@ -46,6 +46,21 @@ def assert_checker_contract(capsys, checker, right, wrong, hint: str) -> None:
     assert status(verdict(capsys, checker, lambda *a: None)).startswith("wrong")
 
 
+def module_from(src: str, name: str, folder, namespace: dict | None = None):
+    """``src`` imported as module ``name`` from a file in ``folder``: Triton, and a checker that reads a kernel's
+    source, read a kernel back from its file. ``namespace``: names the module has before its source runs."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(folder) / f"{name}.py"
+    path.write_text(src)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    module.__dict__.update(namespace or {})
+    spec.loader.exec_module(module)
+    return module
+
+
 def variant(kernel, name: str, changes: dict, folder=None):
     """A copy of the @triton.jit ``kernel`` named ``name``, with lines changed: a wrong answer written as the lines
     where it differs from the right one. Each key of ``changes`` is a whole line of the kernel (without its
@@ -54,12 +69,10 @@ def variant(kernel, name: str, changes: dict, folder=None):
     gone when the process ends): Triton, and a checker that reads a kernel's source, read it back from there. The
     copy sees the names of the kernel's module (the helpers it calls)."""
     import atexit
-    import importlib.util
     import inspect
     import re
     import shutil
     import tempfile
-    from pathlib import Path
 
     lines = inspect.getsource(kernel.fn).splitlines()
     for old, new in changes.items():
@@ -71,11 +84,7 @@ def variant(kernel, name: str, changes: dict, folder=None):
     if folder is None:
         folder = tempfile.mkdtemp(prefix="kernel_variants_")
         atexit.register(shutil.rmtree, folder, ignore_errors=True)
-    path = Path(folder) / f"{name}.py"
-    path.write_text("import triton\nimport triton.language as tl\n\n\n" + src + "\n")
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
     # the names the kernel's own module gives it (helper @triton.jit functions, constants), for the copy to call
-    module.__dict__.update({k: v for k, v in kernel.fn.__globals__.items() if not k.startswith("__")})
-    spec.loader.exec_module(module)
+    names = {k: v for k, v in kernel.fn.__globals__.items() if not k.startswith("__")}
+    module = module_from("import triton\nimport triton.language as tl\n\n\n" + src + "\n", name, folder, names)
     return getattr(module, name)

@@ -24,7 +24,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from checking import assert_checker_contract
+from checking import assert_checker_contract, module_from
 from claims import code_cell_with
 
 import helpers
@@ -731,13 +731,8 @@ def test_notebook_solutions_pass_their_checkers(capsys, tmp_path):
     for sol in sols:
         code = re.search(r"```python\n(.*?)```", sol, re.S).group(1)
         name = re.search(r"^def (\w+)", code, re.M).group(1)
-        path = tmp_path / f"lesson06_solution_{name}.py"
-        path.write_text("import torch\nimport triton\nimport triton.language as tl\n\n" + code)
-        import importlib.util
-
-        spec = importlib.util.spec_from_file_location(path.stem, path)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
+        header = "import torch\nimport triton\nimport triton.language as tl\n\n"
+        mod = module_from(header + code, f"lesson06_solution_{name}", tmp_path)
         line = _run(capsys, checks[name], getattr(mod, name))
         assert "): correct" in line, line
 

@@ -10,8 +10,6 @@ Every checker must print exactly one line and never raise, whatever the learner 
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -21,7 +19,7 @@ import matplotlib
 import pandas as pd
 import pytest
 import torch
-from checking import verdict
+from checking import module_from, verdict
 
 import helpers
 from helpers import data, gpu_data, lesson07, measure, plots
@@ -519,15 +517,11 @@ def test_best_configs():
 
 def _module_from(src: str, tmp_path: Path, name: str):
     """Import ``src`` as a module from a file (Triton needs a kernel's source file)."""
-    path = tmp_path / f"{name}.py"
-    path.write_text(
+    header = (
         "import math\nimport torch\nimport triton\nimport triton.language as tl\n"
-        "from helpers.kernels.attention import attention_block_update\n\n" + src
+        "from helpers.kernels.attention import attention_block_update\n\n"
     )
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return module_from(header + src, name, tmp_path)
 
 
 def _verdict(capsys, fn, answer):
