@@ -1,28 +1,27 @@
-"""The launch plumbing that every row-wise wrapper of the course uses.
+"""The one launch runtime of the course: every wrapper (the softmax family, the backward, attention,
+``softmax_topk``, ``sample``) takes the same route.
 
-Written the obvious way, a wrapper such as ``softmax_fused(x)`` spends 20-50 µs of host time a call
-(PERFORMANCE.md) on work that depends only on *what kind* of tensor it got: checking it, viewing it
-as rows, choosing block size, warps and grid, and letting Triton's JIT bind the arguments and look
-up the compiled kernel. A kernel of a few µs is then *launch-bound*. ``RowSoftmax`` does all of
-that once per **key** and keeps a ready-to-launch entry::
+1. **Check** the inputs (a clear error, before anything is cached).
+2. **Look up** a ready function in a :class:`Cache`, keyed by all that decides the compiled plan:
+   the tensors' dtypes, shapes, strides, devices and 16-byte alignment, and the options. Triton
+   specializes a compiled kernel on its constexprs, on integers equal to 1 or divisible by 16, on
+   16-byte aligned pointers and on the device: all of that is in the key, or fixed by it (outputs and
+   workspaces come fresh from PyTorch's allocator, 512-byte aligned).
+3. On the first call of a kind, make its :class:`Plan`: the launches, each a kernel with its grid, named
+   pointers, scalar arguments, constexprs and options, and the workspace by name.
+4. **Launch** it with :func:`runner`: on a GPU the compiled kernels' own launchers, called with raw
+   pointers (``helpers.triton_compat``); under the interpreter, with a launch hook installed (a
+   profiler), or where this Triton's launcher differs, ``kernel[grid](...)``, the JIT.
 
-    key = (dtype, shape, strides, device index, is_cuda, is_cpu, x.data_ptr() % 16 == 0, options)
-
-A later call with the same key looks the entry up, allocates the output and calls the compiled
-kernel's launcher with raw pointers. Everything cached is a function of the key: the validation
-verdict (a tensor that fails never gets an entry, so it always reaches the clear error), the row
-view, the plan (tuned configurations are per device, and the device is in the key) and the compiled
-kernel (Triton specializes on constexprs, on integers equal to 1 or divisible by 16, on 16-byte
-aligned pointers: ``x``'s alignment is in the key, the output and workspace come fresh from
-PyTorch's allocator, 512-byte aligned; and on the device). Never cached: the output, the data
-pointers, the current CUDA stream (a graph capture or a ``torch.cuda.stream`` block changes it).
-
-Under the interpreter, with a launch hook installed (a profiler), or when this Triton's launcher
-does not take these arguments, the entry launches with ``kernel[grid](...)`` (the plan is still cached).
+Done at every call, steps 1 and 3 and Triton's JIT cost 20-50 µs of host time (PERFORMANCE.md): a kernel
+of a few µs is then *launch-bound*. Here a later call of a known kind is a lookup, its outputs' allocation
+and the launches. Never cached: outputs, workspaces, data pointers, the current CUDA stream (a graph
+capture changes it), the floats a plan names (Triton does not specialize on floats: each call passes its own).
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 from collections.abc import Callable
@@ -33,6 +32,7 @@ import torch
 import triton
 import triton.language as tl
 
+from . import triton_compat as compat
 from .checks import check_tensor
 from .mode import ON_GPU
 
@@ -57,11 +57,7 @@ def acc_dtype(dtype: torch.dtype):
 def num_warps_for(block_size: int) -> int:
     """Warps per program for a row block of ``block_size`` elements (the official tutorial's rule):
     more threads for longer rows, so each thread holds a bounded number of elements."""
-    if block_size >= 8192:
-        return 16
-    if block_size >= 2048:
-        return 8
-    return 4
+    return 16 if block_size >= 8192 else 8 if block_size >= 2048 else 4
 
 
 def check_fused_len(n_cols: int, fn_name: str) -> None:
@@ -149,8 +145,8 @@ class Rows:
         return x.reshape(self.n_rows, self.n_cols)
 
 
-#: Which tensors a launch's pointer arguments are, in the kernel's order: the output, the input
-#: (and a second input, for wrappers of two), then the per-call workspace tensors WS[0], WS[1], ...
+#: The row wrappers' pointer names: the output, the input (and a second input, for wrappers of two),
+#: then the workspace's parts WS[0], WS[1], ...
 OUT, IN, IN2 = "out", "in", "in2"
 WS = tuple(f"ws{i}" for i in range(8))
 
@@ -158,8 +154,8 @@ WS = tuple(f"ws{i}" for i in range(8))
 @dataclass
 class Launch:
     """One kernel launch: ``kernel[grid](*pointers, *args, **constexprs, num_warps=..., ...)``.
-    ``ptrs`` names the tensors that are its leading pointer arguments (``OUT``, ``IN``, ``IN2``,
-    ``WS[i]``), in the kernel's order."""
+    ``ptrs`` names the tensors that are its leading pointer arguments, in the kernel's order. An entry of
+    ``args`` may be a name (a str): a float given with each call (``run(..., scalars={name: value})``)."""
 
     kernel: Any
     grid: tuple
@@ -184,210 +180,160 @@ class Launch:
 
 @dataclass
 class Plan:
-    """How a wrapper handles one key: the launches, the per-call workspace, or another wrapper to
-    call instead (``delegate``). ``info`` holds whatever a lesson wants to show about the choice."""
+    """How a wrapper handles one kind of call: its launches and the workspace they share (name ->
+    (elements, dtype), parts of one allocation made fresh for each call, zero-filled when ``zeroed``);
+    or another function to call instead (``delegate``). ``fallback`` computes the result where the driver
+    refuses the first launch (a cooperative grid it cannot keep resident). ``info`` holds what a lesson or
+    a wrapper wants to know about the choice."""
 
     launches: list = field(default_factory=list)
-    workspace: Callable | None = None  # rows -> tuple of fresh tensors, made on every call
+    workspace: dict = field(default_factory=dict)
+    zeroed: bool = False
     delegate: Callable | None = None
-    fallback: Callable | None = None  # used instead if the first launch is refused (RuntimeError)
+    fallback: Callable | None = None
     info: dict = field(default_factory=dict)
 
 
-_raw_stream = None
-_get_device = None
-if ON_GPU:
-    try:
-        from torch._C import _cuda_getCurrentRawStream as _raw_stream  # what Triton itself calls
-        from torch._C import _cuda_getDevice as _get_device
-    except ImportError:  # pragma: no cover - an older torch
-        _raw_stream = None
-
 #: False once the installed Triton has been found not to take the direct launch: everything then
 #: goes through the JIT (slower on the host, identical on the GPU).
-DIRECT = [ON_GPU and _raw_stream is not None]
-
-
-def _launch_hooks_installed() -> bool:
-    """True when a profiler (Proton, a user) has installed a launch hook: the direct path would skip it.
-    Triton 3.6 keeps the hooks in a HookChain that is never None: installed means it has calls."""
-    try:
-        knobs = triton.knobs.runtime
-        hooks = (knobs.launch_enter_hook, knobs.launch_exit_hook)
-    except AttributeError:  # pragma: no cover - a Triton without knobs
-        return False
-    return any(h is not None and (len(h.calls) > 0 if hasattr(h, "calls") else True) for h in hooks)
-
-
-def raw_launcher(compiled) -> Callable:
-    """``launch(gx, gy, gz, stream, *args)``: the compiled kernel's launcher called with raw pointers and
-    the scalar and constexpr arguments in the kernel's order (no hooks, no scratch memory). Triton 3.6
-    generates a launcher per kernel that takes the arguments one by one; from 3.7 one launcher serves
-    every kernel and takes them as a tuple, with the kernel's signature. TypeError or AttributeError
-    when the kernel needs scratch memory or this Triton's launcher differs (use ``kernel[grid](...)`` then)."""
-    run = compiled.run
-    if getattr(run, "global_scratch_size", 0) or getattr(run, "profile_scratch_size", 0):
-        raise TypeError("kernel needs scratch memory")  # the plain launch path allocates it
-    go, function, packed = run.launch, compiled.function, compiled.packed_metadata
-    coop, pdl = run.launch_cooperative_grid, run.launch_pdl
-    if hasattr(run, "kernel_signature"):  # Triton >= 3.7
-        annotations, signature = run.arg_annotations, run.kernel_signature
-
-        def launch(gx, gy, gz, stream, *args):
-            go(
-                gx,
-                gy,
-                gz,
-                stream,
-                function,
-                coop,
-                pdl,
-                packed,
-                None,
-                None,
-                None,
-                None,
-                None,
-                annotations,
-                signature,
-                args,
-            )
-    else:  # Triton 3.6
-
-        def launch(gx, gy, gz, stream, *args):
-            go(gx, gy, gz, stream, function, coop, pdl, None, None, packed, None, None, None, *args)
-
-    return launch
-
-
-def _slots(n_inputs: int) -> dict:
-    names = [OUT, IN, IN2][: 1 + n_inputs] + list(WS)
-    return {name: i for i, name in enumerate(names)}
-
-
-class _Direct:
-    """A compiled kernel and everything its launcher needs except the pointers and the stream."""
-
-    __slots__ = ("launch", "grid", "idx", "rest", "compiled")
-
-    def __init__(self, L: Launch, tensors: tuple, slots: dict):
-        self.idx = tuple(slots[p] for p in L.ptrs)
-        compiled = L.kernel.warmup(*(tensors[i] for i in self.idx), *L.args, grid=L.grid, **L.constexprs, **L.options())
-        compiled._init_handles()
-        self.launch = raw_launcher(compiled)
-        self.grid = tuple(L.grid) + (1,) * (3 - len(L.grid))
-        # The launcher takes every parameter in the kernel's order and skips the constexpr ones:
-        # after the pointers and the scalar arguments come the constexprs, by name.
-        names = list(L.kernel.arg_names)[len(L.ptrs) + len(L.args) :]
-        if any(n not in L.constexprs for n in names):
-            raise TypeError(
-                f"{L.kernel.__name__}: parameters {names} after the scalar arguments must all be constexprs"
-            )
-        self.rest = tuple(L.args) + tuple(L.constexprs[n] for n in names)
-        self.compiled = compiled
+DIRECT = [ON_GPU and compat.raw_stream is not None]
 
 
 def direct_path(x) -> bool:
     """True when kernels for tensors like ``x`` may be launched by calling the compiled kernel's
     launcher directly: ``x`` is on a GPU, this Triton's launcher takes our arguments, and no launch
     hook (a profiler) is installed. Otherwise launch through ``kernel[grid](...)``."""
-    return DIRECT[0] and x.is_cuda and not _launch_hooks_installed()
+    return DIRECT[0] and x.is_cuda and not compat.launch_hooks_installed()
 
 
-def current_device() -> int:
-    """The index of the current CUDA device (-1 where there is none): a launcher made for a tensor
-    on another device must run inside ``torch.cuda.device(its index)``."""
-    return _get_device() if _get_device is not None else -1
+def _layout(workspace: dict) -> tuple[dict, int]:
+    """The workspace's parts in one int32 allocation: name -> (offset in 4-byte words, elements, dtype),
+    each part 16-byte aligned; and the words in all."""
+    parts, words = {}, 0
+    for name, (n, dtype) in workspace.items():
+        words = -(-words // 4) * 4
+        parts[name] = (words, n, dtype)
+        words += -(-n * dtype.itemsize // 4)
+    return parts, words
 
 
-def direct_launcher(L: Launch, tensors: tuple, device: int) -> Callable:
-    """Compile ``L`` for these example tensors (``tensors[i]`` is the pointer ``L.ptrs[i]``) and return
-    ``launch(*data_ptrs, args=None)``, which queues it on ``device``'s current stream: the row wrappers'
-    direct path, for kernels whose inputs are not rows (attention, sampling). ``args``, if given, replaces
-    ``L.args`` for this launch: only floats may differ from those compiled for (Triton specializes integers
-    and pointers, not floats). TypeError or AttributeError when this Triton's launcher differs: use
-    ``kernel[grid](...)`` then (``DIRECT[0] = False`` if a launch refuses)."""
-    d = _Direct(L, tensors, {p: i for i, p in enumerate(L.ptrs)})
-    run, (gx, gy, gz), rest = d.launch, d.grid, d.rest
-    constexprs = rest[len(L.args) :]
-    raw_stream = _raw_stream
-
-    def launch(*ptrs, args=None):
-        run(gx, gy, gz, raw_stream(device), *ptrs, *(rest if args is None else (*args, *constexprs)))
-
-    return launch
+def _bind(args: tuple, scalars) -> tuple:
+    """``args`` with each named float taken from ``scalars``."""
+    return tuple(float(scalars[a]) if isinstance(a, str) else a for a in args)
 
 
-def _inputs2d(rows: Rows, inputs: tuple) -> tuple:
-    first = inputs[0].reshape(rows.n_rows, rows.n_cols) if rows.copy else inputs[0]
-    if len(inputs) == 1:
-        return (first,)
-    return first, (inputs[1].reshape(rows.n_rows, rows.n_cols) if rows.copy2 else inputs[1])
+def _compile(L: Launch, tensors: list) -> tuple:
+    """``L`` compiled for these pointer tensors: (its raw launcher, the 3-D grid, the arguments after the
+    pointers: the scalars, then the constexprs, which the launcher takes by position)."""
+    compiled = L.kernel.warmup(*tensors, *L.args, grid=L.grid, **L.constexprs, **L.options())
+    compiled._init_handles()
+    names = list(L.kernel.arg_names)[len(L.ptrs) + len(L.args) :]
+    if any(n not in L.constexprs for n in names):
+        raise TypeError(f"{L.kernel.__name__}: parameters {names} after the scalar arguments must all be constexprs")
+    grid = tuple(L.grid) + (1,) * (3 - len(L.grid))
+    return compat.raw_launcher(compiled), grid, tuple(L.args) + tuple(L.constexprs[n] for n in names)
 
 
-def _jit_call(plan: Plan, rows: Rows, shape, n_inputs: int) -> Callable:
-    """Launch through ``kernel[grid](...)``: the interpreter, or a GPU when the direct path is off."""
-    launches, workspace, slots = plan.launches, plan.workspace, _slots(n_inputs)
-    idx = [tuple(slots[p] for p in L.ptrs) for L in launches]
+def runner(plan: Plan, names: tuple, examples: tuple, fixed: dict | None = None) -> Callable:
+    """``run(*tensors, scalars=None)``: queue ``plan``'s launches on the current stream of the tensors'
+    device, with the tensors named ``names`` (in that order) and a fresh workspace. ``examples`` are
+    tensors like those a call passes: on a GPU the launches are compiled for them here, once, and launched
+    on them once (a launcher that takes other arguments refuses there, and everything takes the JIT from
+    then on: ``DIRECT[0] = False``). A named float in a launch's ``args`` comes from ``fixed``, once, or
+    else from each call's ``scalars``. The workspace lives until every launch is queued: PyTorch's
+    allocator keeps memory freed on a stream for the work already queued on it."""
+    if fixed:
+        args_of = lambda L: tuple(fixed.get(a, a) if isinstance(a, str) else a for a in L.args)  # noqa: E731
+        launches = [dataclasses.replace(L, args=args_of(L)) for L in plan.launches]
+    else:
+        launches = list(plan.launches)
+    parts, words = _layout(plan.workspace)
+    slot = {name: i for i, name in enumerate((*names, *parts))}
+    idx = [tuple(slot[p] for p in L.ptrs) for L in launches]
+    named = any(isinstance(a, str) for L in launches for a in L.args)
+    dev, index = examples[0].device, examples[0].get_device()
+    alloc, cuts = (torch.zeros if plan.zeroed else torch.empty), list(parts.values())
+    offsets = [4 * o for o, _, _ in cuts]
 
-    def call(*inputs):
-        views = tuple(rows.view(t) for t in inputs)
-        out = torch.empty((rows.n_rows, rows.n_cols), dtype=rows.dtype, device=inputs[0].device)
-        tensors = (out, *views, *(workspace(rows) if workspace else ()))
+    def workspace() -> list:
+        w = alloc(words, dtype=torch.int32, device=dev)
+        return [w[o : o + -(-n * dt.itemsize // 4)].view(dt)[:n] for o, n, dt in cuts]
+
+    def jit_run(*tensors, scalars=None):
+        if index >= 0 and compat.current_device() != index:  # launch in the tensors' own device context
+            with torch.cuda.device(index):
+                return jit_run(*tensors, scalars=scalars)
+        ts = (*tensors, *workspace()) if words else tensors
         for L, ix in zip(launches, idx):
-            L.kernel[L.grid](*(tensors[i] for i in ix), *L.args, **L.constexprs, **L.options())
-        return out.view(shape)
+            L.kernel[L.grid](*(ts[i] for i in ix), *_bind(L.args, scalars), **L.constexprs, **L.options())
 
-    return call
+    if not direct_path(examples[0]):
+        return jit_run
+    ones = collections.defaultdict(lambda: 1.0)  # a float's value changes nothing that is compiled
+    with torch.cuda.device(index):
+        ts = (*examples, *workspace()) if words else examples
+        try:
+            compiled = [
+                _compile(dataclasses.replace(L, args=_bind(L.args, ones)), [ts[i] for i in ix])
+                for L, ix in zip(launches, idx)
+            ]
+        except (TypeError, AttributeError):  # a kernel this launcher cannot take (scratch memory): the JIT
+            return jit_run
+        ptrs, stream = [t.data_ptr() for t in ts], compat.raw_stream(index)
+        try:
+            for (go, grid, rest), ix in zip(compiled, idx):
+                go(*grid, stream, *[ptrs[i] for i in ix], *rest)
+        except TypeError:  # this Triton's launcher refused the arguments before launching anything
+            DIRECT[0] = False
+            return jit_run
+    raw_stream, device_now = compat.raw_stream, compat.current_device
 
+    if len(launches) == 1 and not words and not named and idx[0] == tuple(range(len(names))):
+        # The common case, kept to the fewest Python operations: one launch of the caller's tensors, in order.
+        ((go, (gx, gy, gz), rest),) = compiled
+        if len(names) == 2:  # out and x
 
-def _direct_call(plan: Plan, rows: Rows, inputs: tuple) -> Callable:
-    """Compile every launch of ``plan`` for these inputs and return the per-call function that
-    launches them with raw pointers."""
-    x = inputs[0]
-    workspace, dev, slots = plan.workspace, x.get_device(), _slots(len(inputs))
-    fmt = torch.contiguous_format
-    out0 = torch.empty((rows.n_rows, rows.n_cols), dtype=rows.dtype, device=x.device)
-    tensors = (out0, *(rows.view(t) for t in inputs), *(workspace(rows) if workspace else ()))
-    directs = [_Direct(L, tensors, slots) for L in plan.launches]
-    raw_stream = _raw_stream
+            def direct_run2(a, b, scalars=None):
+                if device_now() != index:
+                    with torch.cuda.device(index):
+                        return direct_run2(a, b)
+                go(gx, gy, gz, raw_stream(index), a.data_ptr(), b.data_ptr(), *rest)
 
-    if len(directs) == 1 and workspace is None and len(inputs) == 1 and not rows.copy and directs[0].idx == (0, 1):
-        # The common case, kept to the fewest Python operations: one launch, out and x.
-        d = directs[0]
-        launch, (gx, gy, gz), rest = d.launch, d.grid, d.rest
-        if x.is_contiguous():
+            return direct_run2
 
-            def call(x):
-                out = torch.empty_like(x)
-                launch(gx, gy, gz, raw_stream(dev), out.data_ptr(), x.data_ptr(), *rest)
-                return out
-        else:
+        def direct_run1(*tensors, scalars=None):
+            if device_now() != index:
+                with torch.cuda.device(index):
+                    return direct_run1(*tensors)
+            go(gx, gy, gz, raw_stream(index), *[t.data_ptr() for t in tensors], *rest)
 
-            def call(x):
-                out = torch.empty_like(x, memory_format=fmt)
-                launch(gx, gy, gz, raw_stream(dev), out.data_ptr(), x.data_ptr(), *rest)
-                return out
+        return direct_run1
 
-        return call
+    todo = [
+        (go, *grid, ix, rest, rest[len(L.args) :], L.args if named else None)
+        for (go, grid, rest), ix, L in zip(compiled, idx, launches)
+    ]
+    bound = [(None, [rest for *_, rest, _, _ in todo])]  # (the scalars last given, each launch's arguments)
 
-    launches = [(d.launch, *d.grid, d.idx, d.rest) for d in directs]
-    copy_any = rows.copy or rows.copy2
+    def direct_run(*tensors, scalars=None):
+        if device_now() != index:
+            with torch.cuda.device(index):
+                return direct_run(*tensors, scalars=scalars)
+        ptrs = [t.data_ptr() for t in tensors]
+        if words:
+            w = alloc(words, dtype=torch.int32, device=dev)  # held until every launch below is queued
+            ptrs += [w.data_ptr() + o for o in offsets]
+        b = bound[0]  # one read: another thread may replace it meanwhile, never change it
+        if named and scalars != b[0]:  # new values: bind them (a loop that keeps its temperature binds once)
+            b = bound[0] = (
+                scalars,
+                [rest if a is None else (*_bind(a, scalars), *consts) for *_, rest, consts, a in todo],
+            )
+        stream = raw_stream(index)
+        for (go, gx, gy, gz, ix, *_), rest in zip(todo, b[1]):
+            go(gx, gy, gz, stream, *[ptrs[i] for i in ix], *rest)
 
-    def call(*inputs):
-        out = torch.empty_like(inputs[0], memory_format=fmt)
-        ptrs = [out.data_ptr()]
-        for t in _inputs2d(rows, inputs) if copy_any else inputs:
-            ptrs.append(t.data_ptr())
-        ws = workspace(rows) if workspace is not None else ()  # kept alive until every launch is queued
-        for w in ws:
-            ptrs.append(w.data_ptr())
-        stream = raw_stream(dev)
-        for launch, gx, gy, gz, idx, rest in launches:
-            launch(gx, gy, gz, stream, *[ptrs[i] for i in idx], *rest)
-        return out
-
-    return call
+    return direct_run
 
 
 def _option_key(options: tuple) -> tuple:
@@ -396,42 +342,73 @@ def _option_key(options: tuple) -> tuple:
     return tuple((type(o), o) for o in options) if options else ()
 
 
+def tensor_key(*tensors) -> tuple:
+    """What of each tensor decides a compiled plan: dtype, shape, strides, device, 16-byte alignment. A wrapper
+    called often writes these parts out in line (a function call costs host time); tests check they agree."""
+    key = []
+    for t in tensors:
+        key += (t.dtype, t.shape, t.stride(), t.device, not t.data_ptr() & 15)
+    return tuple(key)
+
+
+class Cache(dict):
+    """Ready functions, one per kind of call: ``cache[key](*args)``. ``first_call(key, build, *args)`` makes
+    one with ``build()`` (which checks the inputs first, so a bad input raises there, gets its clear error
+    and never an entry), calls it, and keeps it. A ready function that the driver refuses on its first call
+    with a RuntimeError is replaced by its ``fallback`` attribute, if it has one. At most ``MAX_ENTRIES``
+    (a guard against a loop over ever new shapes); a key that is None or unhashable is not kept."""
+
+    def first_call(self, key, build: Callable, *args):
+        entry = build()
+        try:
+            out = entry(*args)
+        except RuntimeError:  # refused launches run nothing: the fallback computes the result instead
+            fallback = getattr(entry, "fallback", None)
+            if fallback is None:
+                raise
+            entry, out = fallback, fallback(*args)
+        if key is not None:
+            if len(self) >= MAX_ENTRIES:
+                self.clear()
+            try:
+                self[key] = entry
+            except TypeError:  # unhashable options the plan accepted: just do not cache
+                pass
+        return out
+
+    def call(self, key, build: Callable, *args):  # self[key](*args), or the first call of this kind
+        try:
+            entry = self[key]
+        except (KeyError, TypeError):
+            return self.first_call(key, build, *args)
+        return entry(*args)
+
+
 class RowSoftmax:
     """A row-wise wrapper: ``RowSoftmax(plan_fn, name)(x, *options)`` returns a new tensor of
     ``x``'s shape, dtype and device (``x`` is never modified).
 
-    ``plan_fn(rows, *options)`` says how to launch (a :class:`Plan`); it runs once per key (see the
-    module docstring) and may raise a clear error for bad options. Kernel signatures start with
-    their pointer arguments, as each :class:`Launch`'s ``ptrs`` names them."""
+    ``plan_fn(rows, *options)`` says how to launch (a :class:`Plan` whose pointers are ``OUT``, ``IN`` and
+    the workspace's parts); it runs once per key (``tensor_key`` of the inputs, and the options) and may
+    raise a clear error for bad options."""
 
     n_inputs = 1
 
     def __init__(self, plan_fn: Callable, name: str):
         self.plan_fn, self.name = plan_fn, name
-        self.cache: dict = {}
+        self.cache = Cache()
         self.__name__ = self.__qualname__ = name
 
     def __repr__(self) -> str:
         return f"<course wrapper {self.name}: {len(self.cache)} cached plans>"
 
     def __call__(self, x, *options):
-        try:
-            key = (
-                x.dtype,
-                x.shape,
-                x.stride(),
-                x.get_device(),
-                x.is_cuda,
-                x.is_cpu,
-                not x.data_ptr() & 15,
-                options and _option_key(options),
-            )
+        try:  # (*tensor_key(x), options), written out: this line is most of a cached call's host time
+            opt = options and _option_key(options)
+            key = (x.dtype, x.shape, x.stride(), x.device, not x.data_ptr() & 15, opt)
             entry = self.cache[key]
         except (KeyError, AttributeError, TypeError):
-            return self._resolve((x,), options)
-        if _get_device is not None and key[3] >= 0 and _get_device() != key[3]:
-            with torch.cuda.device(key[3]):  # launch in the tensor's own device context
-                return entry(x)
+            return self._first_call((x,), options)
         return entry(x)
 
     def check(self, *inputs) -> None:
@@ -444,52 +421,64 @@ class RowSoftmax:
         self.check(*inputs)
         return self.plan_fn(Rows.of(*inputs), *options)
 
-    def _key(self, inputs, options):
-        parts = []
-        for t in inputs:
-            parts += [t.dtype, t.shape, t.stride(), t.get_device(), t.is_cuda, t.is_cpu, not t.data_ptr() & 15]
-        return (*parts, options and _option_key(options))
+    def _first_call(self, inputs, options):
+        try:
+            key = (*tensor_key(*inputs), options and _option_key(options))
+        except (AttributeError, TypeError):  # not tensors: build() says what to do
+            key = None
+        return self.cache.first_call(key, lambda: self._build(inputs, options), *inputs)
 
-    def _resolve(self, inputs, options):
+    def _build(self, inputs, options) -> Callable:
+        """The ready function for inputs like these: check, view as rows, plan, compile."""
         self.check(*inputs)
-        x = inputs[0]
+        x, fmt = inputs[0], torch.contiguous_format
         rows = Rows.of(*inputs)
-        if x.numel() == 0:
-            # Nothing to launch; the plan of a one-element row still checks the options.
+        if x.numel() == 0:  # nothing to launch; the plan of a one-element row still checks the options
             self.plan_fn(dataclasses.replace(rows, n_rows=1, n_cols=max(rows.n_cols, 1)), *options)
-            return torch.empty_like(x, memory_format=torch.contiguous_format)
+            return lambda x, *more: torch.empty_like(x, memory_format=fmt)
         plan = self.plan_fn(rows, *options)
         if plan.delegate is not None:
-            entry = plan.delegate
-        elif direct_path(x):
-            try:
-                entry = _direct_call(plan, rows, inputs)
-            except (TypeError, AttributeError):  # this Triton's launcher differs: use the JIT path
-                entry = _jit_call(plan, rows, x.shape, len(inputs))
-        else:
-            entry = _jit_call(plan, rows, x.shape, len(inputs))
-        if len(self.cache) >= MAX_ENTRIES:
-            self.cache.clear()
+            return plan.delegate
+        copies, shape = (rows.copy, rows.copy2)[: len(inputs)], (rows.n_rows, rows.n_cols)
+
+        def as_rows(ts):  # leading dimensions that do not merge into one stride: copied, every call
+            return tuple(t.reshape(shape) if c else t for t, c in zip(ts, copies))
+
         try:
-            out = entry(*inputs)
-        except TypeError:
-            if entry is plan.delegate or not DIRECT[0]:
-                raise
-            DIRECT[0] = False  # the launcher refused the direct arguments before launching anything
-            entry = _jit_call(plan, rows, x.shape, len(inputs))
-            out = entry(*inputs)
-        except RuntimeError:
-            # e.g. the driver refusing a cooperative grid it cannot keep resident: refused launches
-            # run nothing, so the plan's fallback (if it has one) computes the result instead
+            run = runner(
+                plan, (OUT, IN, IN2)[: 1 + len(inputs)], (torch.empty_like(x, memory_format=fmt), *as_rows(inputs))
+            )
+        except RuntimeError:  # the driver refused the first launch (a cooperative grid it cannot keep resident)
             if plan.fallback is None:
                 raise
-            entry = plan.fallback
-            out = entry(*inputs)
-        try:
-            self.cache[self._key(inputs, options)] = entry
-        except TypeError:  # unhashable options the plan accepted: just do not cache
-            pass
-        return out
+            return plan.fallback
+        if len(inputs) == 2 and not any(copies):
+
+            def call(a, b):
+                out = torch.empty_like(a, memory_format=fmt)
+                run(out, a, b)
+                return out
+        elif any(copies) or len(inputs) > 1:
+
+            def call(*inputs):
+                out = torch.empty_like(inputs[0], memory_format=fmt)
+                run(out, *as_rows(inputs))
+                return out
+        elif x.is_contiguous():
+
+            def call(x):
+                out = torch.empty_like(x)
+                run(out, x)
+                return out
+        else:
+
+            def call(x):
+                out = torch.empty_like(x, memory_format=fmt)
+                run(out, x)
+                return out
+
+        call.fallback = plan.fallback
+        return call
 
 
 class RowSoftmax2(RowSoftmax):
@@ -507,28 +496,10 @@ class RowSoftmax2(RowSoftmax):
         self._check(*inputs)
 
     def __call__(self, a, b, *options):
-        try:
-            key = (
-                a.dtype,
-                a.shape,
-                a.stride(),
-                a.get_device(),
-                a.is_cuda,
-                a.is_cpu,
-                not a.data_ptr() & 15,
-                b.dtype,
-                b.shape,
-                b.stride(),
-                b.get_device(),
-                b.is_cuda,
-                b.is_cpu,
-                not b.data_ptr() & 15,
-                options and _option_key(options),
-            )
+        try:  # (*tensor_key(a, b), options), written out
+            opt, a16, b16 = options and _option_key(options), not a.data_ptr() & 15, not b.data_ptr() & 15
+            key = (a.dtype, a.shape, a.stride(), a.device, a16, b.dtype, b.shape, b.stride(), b.device, b16, opt)
             entry = self.cache[key]
         except (KeyError, AttributeError, TypeError):
-            return self._resolve((a, b), options)
-        if _get_device is not None and key[3] >= 0 and _get_device() != key[3]:
-            with torch.cuda.device(key[3]):
-                return entry(a, b)
+            return self._first_call((a, b), options)
         return entry(a, b)

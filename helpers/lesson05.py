@@ -17,9 +17,10 @@ from .device import api_occupancy, gpu_props, occupancy
 from .exercises import Wrong, call_attempt, check, guarded, guards_intact, launch_learner_kernel, require_kernel
 from .gpu_data import device_props, provenance
 from .kernels import persistent_plan, softmax_persistent, softmax_persistent_kernel
-from .launch import Rows, _raw_stream, acc_dtype, raw_launcher
+from .launch import Rows, acc_dtype
 from .measure import DTYPES, device_facts, eager_ms, gpu_ms, host_us, require_gpu
 from .plots import label, set_n_axis
+from .triton_compat import raw_launcher, raw_stream
 
 LIMIT_NAMES = ("registers", "shared memory", "threads", "blocks")
 PEERS = ("torch_softmax", "torch_compile", "triton_tutorial", "liger")
@@ -183,7 +184,7 @@ def launch_cost_rows(M: int = 4096, N: int = 256, rounds: int = 7) -> list[dict]
     from .peers import liger_softmax, tutorial_softmax
 
     x = torch.randn(M, N, device="cuda")
-    o, stream = torch.empty_like(x), _raw_stream(torch.cuda.current_device())
+    o, stream = torch.empty_like(x), raw_stream(torch.cuda.current_device())
     kw = dict(BLOCK_SIZE=triton.next_power_of_2(N), ACC=acc_dtype(x.dtype), num_warps=4)
     args, rest = (
         (o, x, x.stride(0), x.stride(1), o.stride(0), N),

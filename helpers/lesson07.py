@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from . import measure, plots
 from .exercises import Wrong, call_attempt, check, guarded, launch_learner_kernel
 from .kernels import attention, naive_attention
-from .kernels.attention import LOG2E, _launcher, attention_plan
+from .kernels.attention import LOG2E, attention_call, attention_plan
 from .mode import DEVICE, INTERPRETER
 from .show import source_of
 
@@ -236,7 +236,7 @@ def attention_rows(rounds: int = 3, seqs=(1024, 4096), dims=(64, 128), B: int = 
             return sdpa(q, k, v, causal)
 
     def pointer(q, k, v, causal):  # the pointer kernel forced: its launcher, made once per shape
-        return functools.partial(_launcher(attention_plan(q, k, v, causal, kernel="pointer"), q, k, v), q, k, v)
+        return functools.partial(attention_call(attention_plan(q, k, v, causal, kernel="pointer"), q, k, v), q, k, v)
 
     impl = {"course": attention, "course_pointer": pointer, "sdpa": sdpa, "sdpa_cudnn": cudnn, "naive": naive_attention}
     rows = []

@@ -153,6 +153,7 @@ def require_kernels(what: str = "This lesson") -> None:
 #: helpers' modules that need Triton (they import it, or a module that does).
 KERNEL_MODULES = (
     "helpers.launch",
+    "helpers.triton_compat",
     "helpers.kernels",
     "helpers.ops",
     "helpers.measure",

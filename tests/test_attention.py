@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import math
+import types
 from pathlib import Path
 
 import pytest
@@ -160,13 +161,20 @@ def test_naive_attention_matches_reference():
 # blocks; on a GPU the same tests run it compiled.
 # --------------------------------------------------------------------------------------------
 
+
+def planned(plan):
+    """A plan's one launch and its info, as attributes (grid, args, constexprs, kernel, config, copy)."""
+    (launch,) = plan.launches
+    return types.SimpleNamespace(grid=launch.grid, args=launch.args, constexprs=launch.constexprs, **plan.info)
+
+
 TMA_SMALL = [A.TmaConfig(32, 16, 4, 1, False), A.TmaConfig(16, 32, 4, 2, True)]
 
 
 def run_kernel(kernel, q, k, v, causal=False, scale=None, config=None):
     plan = A.attention_plan(q, k, v, causal, scale, True, config=config, kernel=kernel)
-    assert plan.kernel == kernel
-    return A._launcher(plan, q, k, v)(q, k, v)
+    assert plan.info["kernel"] == kernel
+    return A.attention_call(plan, q, k, v)(q, k, v)
 
 
 @pytest.mark.parametrize(
@@ -222,9 +230,9 @@ def test_which_kernel_the_plan_picks():
     for d, causal in ((64, False), (64, True), (128, False), (128, True)):
         q, k, v = make((2,), 40, 40, d, dtype=torch.float16)
         use = on_hopper and not A.INTERPRETER and A.tma_config(q.dtype, d, causal) is not None
-        assert A.attention_plan(q, k, v, causal).kernel == ("tma" if use else "pointer")
+        assert planned(A.attention_plan(q, k, v, causal)).kernel == ("tma" if use else "pointer")
     assert A.tma_config(torch.float16, 128, False) is not None  # the table names the TMA kernel somewhere
-    assert A.attention_plan(q.float(), k.float(), v.float()).kernel == "pointer"
+    assert planned(A.attention_plan(q.float(), k.float(), v.float())).kernel == "pointer"
     with pytest.raises(ValueError, match="kernel must be"):
         A.attention_plan(q, k, v, kernel="cuda")
     with pytest.raises(ValueError, match="float16 or bfloat16"):
@@ -240,7 +248,7 @@ def test_transposed_bshd_layout_needs_no_copy():
     B, S, H, D = 2, 37, 3, 32
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(B, S, H, D, generator=g).to(DEVICE).transpose(1, 2) for _ in range(3))
-    plan = A.attention_plan(q, k, v)
+    plan = planned(A.attention_plan(q, k, v))
     assert not plan.copy and plan.grid == (math.ceil(S / plan.config.block_m), H, B) and plan.args[-3:-1] == (H, 1)
     out, lse = helpers.attention(q, k, v, return_lse=True)
     assert out.is_contiguous()
@@ -251,7 +259,7 @@ def test_expanded_keys_and_values_stride_zero():
     q, _, _ = make((2, 4), 19, 19, 16, seed=6)
     k1, v1 = (torch.randn(2, 1, 23, 16).to(DEVICE) for _ in range(2))
     k, v = k1.expand(2, 4, 23, 16), v1.expand(2, 4, 23, 16)
-    assert not A.attention_plan(q, k, v).copy
+    assert not planned(A.attention_plan(q, k, v)).copy
     out, lse = helpers.attention(q, k, v, return_lse=True)
     assert_close(out, lse, q, k, v)
 
@@ -270,7 +278,7 @@ def test_leading_dims_that_no_split_addresses_are_copied():
     g = torch.Generator().manual_seed(2)
     q = torch.randn(3, 2, 4, 11, 16, generator=g).to(DEVICE).permute(1, 0, 2, 3, 4)  # (2, 3, 4): strides do not merge
     k, v = (torch.randn(2, 3, 4, 13, 16, generator=g).to(DEVICE) for _ in range(2))
-    assert A.attention_plan(q, k, v).copy
+    assert planned(A.attention_plan(q, k, v)).copy
     out, lse = helpers.attention(q, k, v, return_lse=True)
     assert_close(out, lse, q, k, v)
 
@@ -320,7 +328,7 @@ def test_no_keys_gives_zeros_like_sdpa():
 
 def test_plan_grid_and_config():
     q, k, v = make((2, 3), 70, 50, 64, dtype=torch.float16)
-    p = A.attention_plan(q, k, v, causal=False)
+    p = planned(A.attention_plan(q, k, v, causal=False))
     tma = A.tma_config(torch.float16, 64, False)
     assert p.kernel == ("tma" if tma and A.tma_eligible(q, (q, k, v), [(0, 0)] * 3) else "pointer")
     c = tma if p.kernel == "tma" else A.attention_config(torch.float16, 64)
@@ -344,7 +352,7 @@ def test_heads_per_group():
     assert hpg(64, 16, 2, True, 6) == 6  # never more than there are heads
     assert hpg(2**22, 128, 4, True, 64) == 1  # never fewer than one
     q, k, v = make((2, 3), 40, 40, 16)
-    assert A.attention_plan(q, k, v, causal=True).args[-3:-1] == (6, hpg(40, 16, 4, True, 6))
+    assert planned(A.attention_plan(q, k, v, causal=True)).args[-3:-1] == (6, hpg(40, 16, 4, True, 6))
     with pytest.raises(ValueError, match="group must be a positive int"):
         A.attention_plan(q, k, v, causal=True, group=0)
 
@@ -355,20 +363,20 @@ def test_the_plan_picks_the_grid(monkeypatch):
     assert A.GROUPED_MAX_SEQ == 8192
     q, k, v = make((2, 3), 40, 40, 16)
     num_m = math.ceil(40 / A.attention_config(q.dtype, 16).block_m)
-    p = A.attention_plan(q, k, v, causal=True)
+    p = planned(A.attention_plan(q, k, v, causal=True))
     assert p.grid == (num_m * 6,) and p.constexprs["GROUPED"] is True
     assert p.args[-2] == A.heads_per_group(40, 16, 4, True, 6)
-    p = A.attention_plan(q, k, v, causal=False)
+    p = planned(A.attention_plan(q, k, v, causal=False))
     assert p.grid == (num_m, 6, 1) and p.constexprs["GROUPED"] is False
-    p = A.attention_plan(q, k, v, causal=False, group=2)
+    p = planned(A.attention_plan(q, k, v, causal=False, group=2))
     assert p.grid == (num_m * 6,) and p.constexprs["GROUPED"] is True and p.args[-2] == 2
     monkeypatch.setattr(A, "GROUPED_MAX_SEQ", 39)  # 40 queries: past the bound
-    p = A.attention_plan(q, k, v, causal=True)
+    p = planned(A.attention_plan(q, k, v, causal=True))
     assert p.grid == (num_m, 6, 1) and p.constexprs["GROUPED"] is False
     monkeypatch.undo()
     for S, grouped in ((A.GROUPED_MAX_SEQ, True), (A.GROUPED_MAX_SEQ + 1, False)):  # at the bound, past it
         q, k, v = make((1, 2), S, S, 16)
-        assert A.attention_plan(q, k, v, causal=True).constexprs["GROUPED"] is grouped
+        assert planned(A.attention_plan(q, k, v, causal=True)).constexprs["GROUPED"] is grouped
 
 
 @pytest.mark.parametrize("kernel", ["pointer", "tma"])
@@ -378,8 +386,8 @@ def test_the_3d_grid_causal(kernel, monkeypatch):
     monkeypatch.setattr(A, "GROUPED_MAX_SEQ", 16)
     q, k, v = make((2, 3), 45, 45, 32, dtype=torch.float16, seed=13)
     plan = A.attention_plan(q, k, v, True, None, True, config=TMA_SMALL[0] if kernel == "tma" else None, kernel=kernel)
-    assert len(plan.grid) == 3 and plan.constexprs["GROUPED"] is False
-    out, lse = A._launcher(plan, q, k, v)(q, k, v)
+    assert len(planned(plan).grid) == 3 and planned(plan).constexprs["GROUPED"] is False
+    out, lse = A.attention_call(plan, q, k, v)(q, k, v)
     assert_close(out, lse, q, k, v, causal=True)
 
 
@@ -442,21 +450,21 @@ def test_any_group_gives_the_same_result(group):
     q, k, v = make((2, 3), 45, 45, 32, seed=11)
     for causal in (False, True):
         plan = A.attention_plan(q, k, v, causal=causal, return_lse=True, group=group)
-        out, lse = A._launcher(plan, q, k, v)(q, k, v)
+        out, lse = A.attention_call(plan, q, k, v)(q, k, v)
         assert_close(out, lse, q, k, v, causal=causal)
 
 
 def test_cache_is_keyed_on_the_kind_of_input():
     q, k, v = make((2,), 24, 31, 16, seed=21)
-    A._LAUNCHERS.clear()
+    A._ATTENTION.clear()
     a = helpers.attention(q, k, v)
-    assert len(A._LAUNCHERS) == 1
+    assert len(A._ATTENTION) == 1
     b = helpers.attention(q.clone(), k.clone(), v.clone())
-    assert len(A._LAUNCHERS) == 1 and torch.equal(a, b)
+    assert len(A._ATTENTION) == 1 and torch.equal(a, b)
     helpers.attention(q, k, v, scale=0.5)
     helpers.attention(q, k, v, causal=False, return_lse=True)
     helpers.attention(q[:, :10], k, v)
-    assert len(A._LAUNCHERS) == 4
+    assert len(A._ATTENTION) == 4
     with pytest.raises(ValueError, match="causal=True needs as many queries as keys"):
         helpers.attention(q, k, v, causal=True)  # a cached kind with a bad option still gets its error
 

@@ -145,42 +145,63 @@ def test_the_output_is_a_new_tensor_every_call():
     assert a.data_ptr() != b.data_ptr() and torch.equal(a, b)
 
 
-def test_direct_launch_on_a_gpu_jit_under_the_interpreter():
-    """On a GPU the cached entry launches the compiled kernel directly (not through the JIT); under
-    the interpreter it goes through kernel[grid](...)."""
-    import helpers.kernels.dispatch as D
-    from helpers.launch import _launch_hooks_installed
-
-    x = randn(64, 300)
-    helpers.softmax(x)
-    entry = next(v for k, v in D._softmax.cache.items() if k[1] == x.shape)
-    where = "_direct_call" if helpers.ON_GPU else "_jit_call"
-    assert entry.__qualname__.startswith(where), entry.__qualname__
-    assert DIRECT[0] == helpers.ON_GPU
-    assert not _launch_hooks_installed()
-
-
-def test_the_public_direct_launch_serves_attention():
-    """helpers.attention takes launch's public direct path: on a GPU its cached call launches the
-    compiled kernel through launch.direct_launcher (the same result as the JIT path); under the
-    interpreter direct_path is False and it goes through kernel[grid](...)."""
-    import sys
-
+def made_runs(monkeypatch) -> list:
+    """The run functions launch.runner makes from now on (their names say which path: direct or JIT)."""
     from helpers import launch
 
-    A = sys.modules["helpers.kernels.attention"]  # (helpers.kernels.attention is also the function's name)
-    q, k, v = (randn(1, 2, 40, 16) for _ in range(3))
-    assert launch.direct_path(q) == helpers.ON_GPU
-    assert launch.direct_path(q.cpu()) is False
-    out = helpers.attention(q, k, v)
-    call = next(c for key, c in A._LAUNCHERS.items() if key and key[1] == q.shape)
-    assert call.__qualname__.startswith("_launcher.<locals>." + ("direct_call" if helpers.ON_GPU else "jit_call"))
+    made, make = [], launch.runner
+    monkeypatch.setattr(launch, "runner", lambda *a, **k: made.append(make(*a, **k)) or made[-1])
+    return made
+
+
+def path_of(run) -> str:
+    return "jit" if run.__name__ == "jit_run" else "direct"
+
+
+def test_direct_launch_on_a_gpu_jit_under_the_interpreter(monkeypatch):
+    """On a GPU the cached entry launches the compiled kernel directly (not through the JIT); under
+    the interpreter it goes through kernel[grid](...)."""
+    from helpers.triton_compat import launch_hooks_installed
+
+    made = made_runs(monkeypatch)
+    x = randn(64, 301)
+    helpers.softmax(x)
+    assert [path_of(r) for r in made] == ["direct" if helpers.ON_GPU else "jit"]
+    assert DIRECT[0] == helpers.ON_GPU
+    assert not launch_hooks_installed()
+
+
+@pytest.mark.parametrize("which", ["attention", "softmax_topk", "sample", "softmax_backward"])
+def test_every_wrapper_takes_the_one_runtime(monkeypatch, which):
+    """Attention, the sampling wrappers and the backward launch through launch.runner, as the softmax
+    family does: on a GPU its direct path, under the interpreter the JIT (the same results)."""
+    from helpers import launch
+
+    made = made_runs(monkeypatch)
+    q, k, v = (randn(1, 2, 41, 16, seed=s) for s in range(3))
+    call = {
+        "attention": lambda: helpers.attention(q, k, v),
+        "softmax_topk": lambda: helpers.softmax_topk(q[0, 0, :3], 5),
+        "sample": lambda: helpers.sample(q[0, 0, :3], top_k=4),
+        "softmax_backward": lambda: helpers.softmax_backward(q[0, 0], k[0, 0]),
+    }[which]
+    call()
+    assert made and {path_of(r) for r in made} == {"direct" if helpers.ON_GPU else "jit"}
+    assert launch.direct_path(q) == helpers.ON_GPU and launch.direct_path(q.cpu()) is False
+    n = len(made)
+    call()  # the second call of the same kind finds its ready function
+    assert len(made) == n
     ref = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double())
-    assert (out.double() - ref).abs().max().item() < 1e-5
-    if helpers.ON_GPU:
-        assert launch.current_device() == q.get_device()
-    else:
-        assert launch.current_device() == -1
+    assert (helpers.attention(q, k, v).double() - ref).abs().max().item() < 1e-5
+
+
+def test_a_workspace_is_cut_into_aligned_parts():
+    """A plan's workspace is one allocation cut into named parts, each 16-byte aligned, in order."""
+    from helpers.launch import _layout
+
+    parts, words = _layout({"a": (3, torch.float32), "b": (5, torch.int64), "c": (1, torch.float16)})
+    assert parts == {"a": (0, 3, torch.float32), "b": (4, 5, torch.int64), "c": (16, 1, torch.float16)}
+    assert words == 17
 
 
 _LAUNCHER_CALLS = r"""
@@ -192,10 +213,10 @@ from triton.compiler import ASTSource
 if tuple(int(p) for p in triton.__version__.split(".")[:2]) < (3, 7):
     print(json.dumps({"skip": f"Triton {triton.__version__} builds a launcher module per kernel: that needs a CUDA driver"}))
     sys.exit(0)
-tree = ast.parse(open(sys.argv[1]).read())  # helpers/launch.py: its raw_launcher alone (no helpers import, no GPU)
+tree = ast.parse(open(sys.argv[1]).read())  # helpers/triton_compat.py: its raw_launcher alone (no GPU)
 fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "raw_launcher")
 ns = {"Callable": object}
-exec(compile(ast.Module(body=[fn], type_ignores=[]), "launch.py", "exec"), ns)
+exec(compile(ast.Module(body=[fn], type_ignores=[]), "triton_compat.py", "exec"), ns)
 open(os.path.join(sys.argv[2], "kern.py"), "w").write(
     "import triton\nimport triton.language as tl\n\n@triton.jit\ndef k(out, x, n, B: tl.constexpr):\n"
     "    o = tl.arange(0, B)\n    tl.store(out + o, tl.load(x + o, mask=o < n), mask=o < n)\n")
@@ -221,7 +242,7 @@ print(json.dumps({"calls": [repr(c) for c in calls]}))
 
 
 def test_the_raw_launcher_passes_what_tritons_own_launcher_passes(tmp_path):
-    """helpers.launch.raw_launcher calls a compiled kernel's launcher with raw pointers. Its arguments must
+    """helpers.triton_compat.raw_launcher calls a compiled kernel's launcher with raw pointers. Its arguments must
     reach the driver as those of Triton's own launch path (the JIT's, ``CompiledKernel.run``) do, or the
     direct path is refused and every wrapper falls back to the slower JIT. The launcher's arguments
     changed between Triton 3.6 and 3.7: checked here against the installed Triton, without a GPU."""
@@ -235,7 +256,7 @@ def test_the_raw_launcher_passes_what_tritons_own_launcher_passes(tmp_path):
         pytest.skip("checked without a GPU (on a GPU the direct-path tests launch it)")
     pytest.importorskip("triton.backends.nvidia")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    launch_py = Path(helpers.__file__).resolve().parent / "launch.py"
+    launch_py = Path(helpers.__file__).resolve().parent / "triton_compat.py"
     r = subprocess.run(
         [sys.executable, "-c", _LAUNCHER_CALLS, str(launch_py), str(tmp_path)],
         capture_output=True,

@@ -345,24 +345,28 @@ def test_sample_takes_temperature_and_top_p_with_each_call(monkeypatch, small_la
 @pytest.mark.parametrize("lanes", [False, True])
 def test_the_direct_path_passes_each_calls_scalars(monkeypatch, small_lanes, lanes):
     """On a GPU a ready function calls each compiled kernel's launcher with raw pointers, and those launches that
-    name scalars get args= bound to the call's temperature and top_p (bound again only when they change). Checked
+    name scalars get them bound to the call's temperature and top_p (bound again only when they change). Checked
     on any machine with a recording launcher in place of the compiled one."""
     from helpers import launch
 
-    calls = []
+    calls, binds = [], []
 
-    def recording_launcher(L, tensors, device):
-        return lambda *ptrs, args=None: calls.append((L.kernel.__name__, args))
+    def recording_compile(L, tensors):  # (launcher, grid, the arguments after the pointers)
+        n = len(L.ptrs)
+        return (lambda gx, gy, gz, stream, *a: calls.append((L.kernel.__name__, a[n:]))), (1, 1, 1), tuple(L.args)
 
+    bind = launch._bind
+    monkeypatch.setattr(launch, "_bind", lambda args, scalars: binds.append(scalars) or bind(args, scalars))
     monkeypatch.setattr(launch, "direct_path", lambda x: True)
-    monkeypatch.setattr(launch, "direct_launcher", recording_launcher)
+    monkeypatch.setattr(launch, "_compile", recording_compile)
+    monkeypatch.setattr(launch.compat, "raw_stream", lambda index: 0)
     x = _rand(4, 2000, seed=50)
-    monkeypatch.setattr(launch, "current_device", lambda: x.device.index)  # None on a CPU: no device to enter
+    monkeypatch.setattr(launch.compat, "current_device", lambda: x.get_device())  # -1 on a CPU: no device to enter
     if lanes:
         monkeypatch.setattr(topk_lanes, "LANE_MIN_ELEMENTS", 0)
-    seen = []
+    bound = []
     for temperature, top_p in ((0.5, 0.9), (0.5, 0.9), (2.0, 0.3)):
-        calls.clear()
+        calls.clear(), binds.clear()
         sample(x, temperature=temperature, top_k=20, top_p=top_p)
         (slice_name, slice_args), (merge_name, merge_args) = calls[-2:]  # the call's two launches
         assert slice_name.endswith("slice_kernel") and merge_name.endswith("merge_kernel")
@@ -370,12 +374,14 @@ def test_the_direct_path_passes_each_calls_scalars(monkeypatch, small_lanes, lan
         assert slice_args[-1] == pytest.approx(scale * (sampling_step.LOG2E if lanes else 1.0))
         assert merge_args[merge_args.index(20) - 1] == pytest.approx(scale)  # ..., scale, k, top_p, ...
         assert merge_args[merge_args.index(20) + 1] == pytest.approx(sampling_step.nucleus_bound(top_p), abs=1e-9)
-        seen.append(merge_args)
-    assert seen[1] is seen[0] and seen[2] is not seen[0]  # the same values: bound once
+        bound.append(sum(s is not None and s.get("scale") == scale for s in binds))
+    assert bound[0] >= 2 and bound[1] == 0 and bound[2] >= 2  # the same values as the last call: not bound again
     assert len(sampling._CALLS) == 1
     calls.clear()
-    softmax_topk(x, 20)  # the softmax itself: its scalars fixed when its ready function is made
-    assert [args for _, args in calls] == [None, None, None, None]  # the launch on examples, then the call's
+    softmax_topk(x, 20)  # the softmax itself: its scalars fixed (temperature 1) when its ready function is made
+    assert len(calls) == 4  # the launches on the examples, then the call's
+    for name, args in calls:
+        assert all(not isinstance(a, str) for a in args) and 1.0 in args, (name, args)
 
 
 @pytest.mark.parametrize("n_cols", [300, 2000])

@@ -43,7 +43,7 @@ import torch.nn.functional as F
 
 import helpers  # noqa: E402,F401  (first: interpreter or GPU)
 from helpers.gpu_data import provenance, write_csv
-from helpers.kernels.attention import AttentionConfig, TmaConfig, _launcher, attention, attention_plan, naive_attention
+from helpers.kernels.attention import AttentionConfig, TmaConfig, attention, attention_call, attention_plan, naive_attention
 from helpers.measure import eager_ms, exit_without_gpu, gpu_ms, median, peak_mib, spread
 from helpers.mode import ON_GPU
 
@@ -115,10 +115,10 @@ def provider_fn(name: str, q, k, v, causal: bool):
     if name == "course":
         return lambda: attention(q, k, v, causal=causal)
     if name == "course_pointer":
-        call = _launcher(attention_plan(q, k, v, causal, kernel="pointer"), q, k, v)
+        call = attention_call(attention_plan(q, k, v, causal, kernel="pointer"), q, k, v)
         return lambda: call(q, k, v)
     if name == "course_g1":
-        call = _launcher(attention_plan(q, k, v, causal, group=1), q, k, v)
+        call = attention_call(attention_plan(q, k, v, causal, group=1), q, k, v)
         return lambda: call(q, k, v)
     if name == "tutorial":
         import attention_tutorial  # tools/vendored/attention_tutorial.py
@@ -497,7 +497,7 @@ def tune(
                     "status": "ok",
                 }
                 try:
-                    call = _launcher(attention_plan(q, k, v, causal, config=cfg, kernel=_kernel(cfg)), q, k, v)
+                    call = attention_call(attention_plan(q, k, v, causal, config=cfg, kernel=_kernel(cfg)), q, k, v)
                     fn = lambda call=call: call(q, k, v)  # noqa: E731
                     err = max_error(fn(), ref, heads, idx)
                     row["max_err"] = float(f"{err:.2e}")

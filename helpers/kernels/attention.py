@@ -430,22 +430,12 @@ def _heads_split(lead, tensors):
     return None
 
 
-class AttentionPlan(NamedTuple):
-    grid: tuple
-    config: AttentionConfig
-    args: tuple  # the kernel's scalar arguments, in order
-    constexprs: dict
-    copy: bool  # True: q, k, v are copied to contiguous tensors first (leading dims that do not merge)
-    out_shape: tuple
-    lse_shape: tuple
-    empty: bool  # nothing to launch: no queries, no heads, or no keys (then out = 0, lse = -inf)
-    kernel: str = "pointer"  # "tma": attention_fwd_tma_kernel (Hopper, 16-bit); "pointer": attention_fwd_kernel
-
-
 def attention_plan(q, k, v, causal=False, scale=None, return_lse=False, config=None, kernel=None, group=None):
     """Everything attention() decides from the inputs' dtypes, shapes, strides and device (after
-    checking them): the kernel, the grid, the tiles, the strides the kernel gets. attention() caches
-    it per key. kernel: "tma" or "pointer" to force one (tests, benchmarks); None: "tma" where
+    checking them), as a launch.Plan: one launch of the kernel with its grid, tiles and strides, and in
+    its info the kernel's name ("tma" or "pointer"), the config, whether q, k, v are copied first
+    (leading dims that do not merge) and whether there is nothing to launch (no queries, heads or keys:
+    out = 0, lse = -inf). attention() caches it per key. kernel: "tma" or "pointer" to force one (tests, benchmarks); None: "tma" where
     tma_eligible says it can run, else "pointer". group: the heads ordered together in the 1-D
     grid (tests, benchmarks); None: heads_per_group's when causal with at most GROUPED_MAX_SEQ
     queries, else the 3-D grid."""
@@ -488,65 +478,46 @@ def attention_plan(q, k, v, causal=False, scale=None, return_lse=False, config=N
     args = (*strides, seq_q, seq_k, H, group or 1, scale * LOG2E)  # group: unused by the 3-D grid
     constexprs = dict(HEAD_DIM=d, BLOCK_M=config.block_m, BLOCK_N=config.block_n, CAUSAL=causal,
                       GROUPED=group is not None, WRITE_LSE=return_lse, **own)
-    return AttentionPlan(grid=_grid(seq_q, config.block_m, H, Z, group), config=config, args=args,
-                         constexprs=constexprs, copy=copy, out_shape=tuple(q.shape), lse_shape=tuple(q.shape[:-1]),
-                         empty=q.numel() == 0 or seq_k == 0, kernel=kernel)
+    kernel_fn = attention_fwd_tma_kernel if kernel == "tma" else attention_fwd_kernel
+    L = launch.Launch(kernel_fn, grid=_grid(seq_q, config.block_m, H, Z, group), args=args, constexprs=constexprs,
+                      num_warps=config.num_warps, num_stages=config.num_stages, ptrs=("out", "lse", "q", "k", "v"))
+    return launch.Plan([L], info=dict(kernel=kernel, config=config, copy=copy, empty=q.numel() == 0 or seq_k == 0))
 
 
-def _launcher(plan, q, k, v):
-    """The per-call function of one plan: make the outputs, launch the kernel. On a GPU it calls the
-    compiled kernel's launcher directly (helpers.launch, lesson 05); elsewhere it goes through the JIT."""
-    write_lse, copy = plan.constexprs["WRITE_LSE"], plan.copy
+def attention_call(plan, q, k, v):
+    """The ready function of one plan, call(q, k, v): make the outputs and launch the plan through the
+    course's launch runtime (helpers.launch: on a GPU the compiled kernel's own launcher, lesson 05's deep
+    dive; elsewhere Triton's JIT)."""
+    write_lse, copy = plan.launches[0].constexprs["WRITE_LSE"], plan.info["copy"]
+    out_shape, lse_shape = tuple(q.shape), tuple(q.shape[:-1])
 
     def outputs(q):
-        out = torch.empty(plan.out_shape, dtype=q.dtype, device=q.device)
-        lse = torch.empty(plan.lse_shape, dtype=torch.float32, device=q.device) if write_lse else out
-        return out, lse
+        out = torch.empty(out_shape, dtype=q.dtype, device=q.device)
+        return out, torch.empty(lse_shape, dtype=torch.float32, device=q.device) if write_lse else out
 
-    if plan.empty:  # no keys: SDPA gives zeros (and the log-sum-exp of nothing is -inf)
+    if plan.info["empty"]:  # no keys: SDPA gives zeros (and the log-sum-exp of nothing is -inf)
         def empty_call(q, k, v):
-            out = torch.zeros(plan.out_shape, dtype=q.dtype, device=q.device)
-            lse = torch.full(plan.lse_shape, -math.inf, dtype=torch.float32, device=q.device)
+            out = torch.zeros(out_shape, dtype=q.dtype, device=q.device)
+            lse = torch.full(lse_shape, -math.inf, dtype=torch.float32, device=q.device)
             return (out, lse) if write_lse else out
         return empty_call
+    if plan.info["kernel"] == "tma":
+        _set_tma_allocator()  # the JIT allocates the descriptors' memory through it
 
-    kernel_fn = attention_fwd_tma_kernel if plan.kernel == "tma" else attention_fwd_kernel
-    L = launch.Launch(kernel_fn, grid=plan.grid, args=plan.args, constexprs=plan.constexprs,
-                      num_warps=plan.config.num_warps, num_stages=plan.config.num_stages,
-                      ptrs=("out", "lse", "q", "k", "v"))
+    def inputs(q, k, v):
+        return (q.contiguous(), k.contiguous(), v.contiguous()) if copy else (q, k, v)
 
-    def jit_call(q, k, v):
-        if copy:
-            q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    run = launch.runner(plan, ("out", "lse", "q", "k", "v"), (*outputs(q), *inputs(q, k, v)))
+
+    def call(q, k, v):
         out, lse = outputs(q)
-        if plan.kernel == "tma":
-            _set_tma_allocator()
-        kernel_fn[plan.grid](out, lse, q, k, v, *plan.args, **plan.constexprs, **L.options())
+        run(out, lse, *inputs(q, k, v))
         return (out, lse) if write_lse else out
 
-    if not launch.direct_path(q):
-        return jit_call
-    try:
-        qc, kc, vc = (q.contiguous(), k.contiguous(), v.contiguous()) if copy else (q, k, v)
-        dev = q.get_device()
-        run = launch.direct_launcher(L, (*outputs(qc), qc, kc, vc), dev)
-    except (TypeError, AttributeError):  # this Triton's launcher differs: use the JIT
-        return jit_call
-
-    def direct_call(q, k, v):
-        if launch.current_device() != dev:  # launch in the tensors' own device context
-            with torch.cuda.device(dev):
-                return direct_call(q, k, v)
-        if copy:
-            q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-        out, lse = outputs(q)
-        run(out.data_ptr(), lse.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr())
-        return (out, lse) if write_lse else out
-
-    return direct_call
+    return call
 
 
-_LAUNCHERS = {}  # one per kind of input: (dtypes, shapes, strides, devices, alignment, options)
+_ATTENTION = launch.Cache()  # one ready function per kind of input: launch.tensor_key of q, k, v, and the options
 
 
 def attention(q, k, v, *, causal=False, scale=None, return_lse=False):
@@ -561,28 +532,9 @@ def attention(q, k, v, *, causal=False, scale=None, return_lse=False):
     query's scaled scores. The inputs are never modified."""
     key = None
     try:
-        key = (q.dtype, q.shape, q.stride(), k.dtype, k.shape, k.stride(), v.dtype, v.shape, v.stride(),
-               q.device, k.device, v.device, q.data_ptr() % 16, k.data_ptr() % 16, v.data_ptr() % 16,
-               type(causal), causal, type(scale), scale, type(return_lse), return_lse)
-        call = _LAUNCHERS[key]
-    except Exception:  # a new kind of input (or no tensors at all)
-        return _first_call(key, q, k, v, causal, scale, return_lse)
+        key = (*launch.tensor_key(q, k, v), type(causal), causal, type(scale), scale, type(return_lse), return_lse)
+        call = _ATTENTION[key]
+    except Exception:  # a new kind of input (or no tensors at all): attention_plan checks them
+        return _ATTENTION.first_call(
+            key, lambda: attention_call(attention_plan(q, k, v, causal, scale, return_lse), q, k, v), q, k, v)
     return call(q, k, v)
-
-
-def _first_call(key, q, k, v, causal, scale, return_lse):
-    plan = attention_plan(q, k, v, causal, scale, return_lse)  # checks the inputs: clear errors
-    call = _launcher(plan, q, k, v)
-    try:
-        result = call(q, k, v)
-    except TypeError:  # the direct launcher refused its arguments before launching: use the JIT
-        if not launch.DIRECT[0]:
-            raise
-        launch.DIRECT[0] = False
-        call = _launcher(plan, q, k, v)
-        result = call(q, k, v)
-    if len(_LAUNCHERS) >= launch.MAX_ENTRIES:
-        _LAUNCHERS.clear()
-    if key is not None:
-        _LAUNCHERS[key] = call
-    return result

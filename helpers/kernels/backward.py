@@ -225,7 +225,7 @@ def backward_coop_plan(rows, slice_cols=None, num_warps=None):
         [Launch(softmax_backward_coop_kernel, grid=(rows_per_round * n_slices,), ptrs=(OUT, IN, IN2, WS[0]),
                 args=args + (rows_per_round,), constexprs=constexprs, num_warps=num_warps, cooperative=True)],
         # fresh and zeroed on every call: a 64-bit word per slice (its partial dot)
-        workspace=lambda rows: (torch.zeros(2 * rows.n_rows * n_slices, dtype=torch.int32, device=rows.device),),
+        workspace={WS[0]: (2 * rows.n_rows * n_slices, torch.int32)}, zeroed=True,
         fallback=softmax_backward_looped,  # if the driver still refuses the grid
         info={**info, "slices": n_slices, "slice_cols": slice_cols, "rows_per_round": rows_per_round},
     )

@@ -103,8 +103,8 @@ def two_launch_plan(rows, slices=None, block_size=None):
                 args=(rows.in_row_stride, rows.in_col_stride, rows.out_row_stride, rows.n_cols, slice_len, n_slices),
                 constexprs=dict(BLOCK_SIZE=block, SLICES_P2=triton.next_power_of_2(n_slices)),
                 num_warps=num_warps_for(block))],
-        # the statistics tensor: one (m, d) pair per slice, fresh on every call
-        workspace=lambda rows: (torch.empty((rows.n_rows, n_slices, 2), dtype=torch.float32, device=rows.device),),
+        # the statistics: one (m, d) pair per slice, fresh on every call
+        workspace={WS[0]: (rows.n_rows * n_slices * 2, torch.float32)},
         info={"slices": n_slices, "slice_len": slice_len, "block": block},
     )
 
@@ -279,7 +279,7 @@ def coop_plan(rows, slice_cols=None, num_warps=None):
         [Launch(softmax_split_coop_kernel, grid=(rows_per_round * n_slices,), ptrs=(OUT, IN, WS[0]),
                 args=args + (rows_per_round,), constexprs=constexprs, num_warps=num_warps, cooperative=True)],
         # fresh and zeroed on every call, in one allocation: a 64-bit word per slice, the give-up count
-        workspace=lambda rows: (torch.zeros(2 * rows.n_rows * n_slices + 1, dtype=torch.int32, device=rows.device),),
+        workspace={WS[0]: (2 * rows.n_rows * n_slices + 1, torch.int32)}, zeroed=True,
         fallback=softmax_split,  # if the driver still refuses the grid, the two-launch design
         info={**info, "slices": n_slices, "slice_cols": slice_cols, "rows_per_round": rows_per_round},
     )

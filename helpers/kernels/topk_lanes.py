@@ -266,7 +266,7 @@ def use_lanes(n_rows, n_cols, K):
 
 
 def lane_launches(rows, K, k, mode=0, renorm=True):
-    """The lane kernels for rows like these, as launches with named pointers and scalars (as per_program_launches;
+    """The lane kernels for rows like these, as a launch.Plan: launches with named pointers and scalars (as per_program_launches;
     `scale_log2e` is scale * log2(e): exp(y) = exp2(y * log2(e))), and their one workspace: the slices' pairs, the
     lanes' max, v2 and column, each row's candidate buffer and its list of unclean lanes."""
     M, N = rows.shape
@@ -281,7 +281,7 @@ def lane_launches(rows, K, k, mode=0, renorm=True):
     pdl = launch_pdl(rows.device.index)
     lanes = ("stats", "lane_max", "lane_v2", "lane_col")
     strides_and_slices = (rows.stride(0), rows.stride(1), N, plan["slice_len"], S, "scale_log2e")
-    return [
+    return launch.Plan([
         launch.Launch(lane_slice_kernel, (M, S), ptrs=lanes + ("x",), args=strides_and_slices,
                       constexprs=dict(BLOCK=B, CHUNK=E, PDL=pdl, STAGES=plan["stages"]), num_warps=plan["warps"]),
         launch.Launch(lane_merge_kernel, (M,), ptrs=("out" if mode < 2 else "stats", "idx", *lanes, "buf", "ubuf", "x",
@@ -293,4 +293,4 @@ def lane_launches(rows, K, k, mode=0, renorm=True):
                                       UNCLEAN_CAP=UNCLEAN_LANES, UNCLEAN_BATCH=min(UNCLEAN_LANES, 2048 // uw),
                                       UNCLEAN_WIDTH=uw, MODE=mode, RENORM=renorm, SORT=SORT, PDL=pdl),
                       num_warps=plan["merge_warps"], pdl=pdl),
-    ], work
+    ], workspace=work)

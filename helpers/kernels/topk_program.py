@@ -113,7 +113,7 @@ def topk_plan(n_rows, n_cols, K, target_programs=None):
 
 
 def per_program_launches(rows, K, k, gumbel=False, mode=0, renorm=True):
-    """The two kernels above for rows like these, as launches whose pointers are named (`x`: the rows; `out`,
+    """The two kernels above for rows like these, as a launch.Plan: launches whose pointers are named (`x`: the rows; `out`,
     `idx`: the results, `idx` alone in MODE 2; `u`: the uniforms of MODE 1; `seed`: Gumbel-max's; a pointer that
     a kernel does not use gets `stats`), and their workspace by name. Two
     scalar arguments are named too, to be given with each call: `scale` (1 / temperature) and `top_p`."""
@@ -121,11 +121,11 @@ def per_program_launches(rows, K, k, gumbel=False, mode=0, renorm=True):
     plan = topk_plan(M, N, K)
     S = plan["slices"]
     work = {"stats": (M * S * 2, torch.float32), "keys": (M * S * K, torch.int64)}  # (elements, dtype)
-    return [
+    return launch.Plan([
         launch.Launch(topk_slice_kernel, (M, S), ptrs=("stats", "keys", "x", "seed" if gumbel else "stats"),
                       args=(rows.stride(0), rows.stride(1), N, plan["slice_len"], S, "scale"),
                       constexprs=dict(K=K, BLOCK=plan["block"], GUMBEL=gumbel, SORT=SORT), num_warps=plan["warps"]),
         launch.Launch(topk_merge_kernel, (M,), ptrs=("out" if mode < 2 else "stats", "idx", "stats", "keys", "u" if mode == 1 else "stats"),
                       args=(S, "scale", k, "top_p"),
                       constexprs=dict(K=K, SLICES=plan["slices_p2"], MODE=mode, RENORM=renorm, SORT=SORT)),
-    ], work
+    ], workspace=work)
