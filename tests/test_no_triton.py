@@ -126,6 +126,7 @@ def test_every_module_that_needs_no_triton_imports(probe):
         "helpers.gpu_data",
         "helpers.lesson01",
         "helpers.lesson02",
+        "helpers.lesson02_exercises",
         "helpers.checks",
         "helpers.device",
     ):
@@ -302,7 +303,8 @@ def test_a_kernel_lessons_first_cell_stops_with_one_line(hidden_kernel):
 @pytest.mark.slow
 def test_lessons_01_02_setup_runs_and_kernel_names_stop_with_one_line(hidden_kernel):
     outputs = _run(
-        hidden_kernel, "import helpers\nfrom helpers import lesson01, lesson02, plots\nprint(helpers.banner())"
+        hidden_kernel,
+        "import helpers\nfrom helpers import lesson01, lesson02, lesson02_exercises, plots\nprint(helpers.banner())",
     )
     assert [o["output_type"] for o in outputs] == ["stream"]
     assert outputs[0]["text"].startswith("Kernels run on: nothing here (no Triton")
