@@ -151,9 +151,13 @@ def test_star_import_has_no_kernel_names(probe):
 
 def test_the_kernel_module_list_names_only_modules_that_need_triton():
     """Each module the guard blocks imports Triton, or another blocked module, at its top: so the
-    guard never hides a module that would have worked (and the probe above shows the others work)."""
+    guard never hides a module that would have worked (and the probe above shows the others work). A kernel
+    lesson's checkers (helpers.lessonNN_exercises) stop with their lesson, whose notebook stops at its first
+    cell without Triton, even where a checker itself (lesson 09's merge, 9.1) would not need it."""
     for name in HELPERS_MODULES:
         if not mode.is_kernel_module(name) or name == "helpers.kernels":
+            continue
+        if name.endswith("_exercises") and mode.is_kernel_module(name.removesuffix("_exercises")):
             continue
         path = ROOT / Path(*name.split(".")).with_suffix(".py")
         tree = ast.parse(path.read_text())
