@@ -160,12 +160,12 @@ KERNEL_MODULES = (
     "helpers.tuning",
     "helpers.peers",
 )
-_KERNEL_LESSON = re.compile(r"helpers\.lesson(0[3-9]|[1-9]\d)$")
+_KERNEL_LESSON = re.compile(r"helpers\.lesson(0[3-9]|[1-9]\d)(_exercises)?$")
 
 
 def is_kernel_module(fullname: str) -> bool:
     """True for a helpers module that needs Triton: ``KERNEL_MODULES``, their submodules, and the
-    kernel lessons' modules (helpers.lesson03 and up)."""
+    kernel lessons' modules (helpers.lesson03 and up, and their checkers: helpers.lesson03_exercises ...)."""
     return bool(_KERNEL_LESSON.match(fullname)) or any(
         fullname == m or fullname.startswith(m + ".") for m in KERNEL_MODULES
     )

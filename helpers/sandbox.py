@@ -2,43 +2,35 @@
 GPU fault that poisons the CUDA context, an endless loop) can take the notebook down: why, in
 docs/CONVENTIONS.md.
 
-The parent (``run``) sends the kernel as source (with the values its code names and the
+The parent (``run``, this module) sends the kernel as source (with the values its code names and the
 ``@triton.jit`` functions it calls) and the whole storage of every tensor argument; the worker
-(``python -m helpers.sandbox``) puts each storage between two slack regions of 0xFF bytes (NaN in
-every float type), launches ``kernel[grid](*args, **kwargs)`` and sends the storages back. Frames on
-the pipes: an 8-byte little-endian length, then a pickle. Only Triton's public API is used, but for one
-thing: under the interpreter the worker counts the bytes the kernel reads and writes in each storage
-(``helpers.traffic.counting``, which wraps the interpreter's memory methods), for the checkers' traffic line.
+(``python -m helpers.sandbox_worker``: helpers/sandbox_worker.py, which also holds the frames both sides
+speak) launches ``kernel[grid](*args, **kwargs)`` between slack regions of 0xFF bytes and sends the
+storages back, and, under the interpreter, the bytes the kernel read and wrote in each of them.
 """
 
 from __future__ import annotations
 
 import ast
 import atexit
-import builtins
-import hashlib
 import inspect
-import math
 import os
 import pickle
 import signal
-import struct
 import subprocess
 import sys
-import tempfile
 import textwrap
 import threading
 import time
 import types
 
 from .mode import INTERPRETER
+from .sandbox_worker import recv_frame, send_frame
 
 #: Seconds a learner's kernel may run (compilation included) before it is stopped.
 KERNEL_TIMEOUT = 60.0 if INTERPRETER else 30.0
 #: Seconds the worker may take to start (it imports torch, Triton and helpers).
 START_TIMEOUT = 180.0
-#: Bytes of 0xFF slack before and after every storage in the worker.
-SLACK = 1 << 20
 #: Library packages whose kernels the worker imports by name instead of receiving their source.
 _IMPORTABLE = ("helpers", "triton")
 
@@ -77,32 +69,6 @@ class KernelWroteOutside(Exception):
 
 class LearnerKernelError(Exception):
     """An exception of the learner's kernel that could not be sent back as itself (same type name)."""
-
-
-# Frames
-
-
-def _send(f, obj) -> None:
-    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    f.write(struct.pack("<Q", len(data)))
-    f.write(data)
-    f.flush()
-
-
-def _read_exact(f, n: int) -> bytes:
-    chunks, left = [], n
-    while left:
-        b = f.read(left)
-        if not b:
-            raise EOFError("the pipe closed")
-        chunks.append(b)
-        left -= len(b)
-    return b"".join(chunks)
-
-
-def _recv(f):
-    (n,) = struct.unpack("<Q", _read_exact(f, 8))
-    return pickle.loads(_read_exact(f, n))
 
 
 # Parent: describe a kernel and its arguments
@@ -249,7 +215,11 @@ class _Worker:
             env["TRITON_INTERPRET"] = "1"
         t0 = time.perf_counter()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "helpers.sandbox"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=root
+            [sys.executable, "-m", "helpers.sandbox_worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+            cwd=root,
         )
         try:
             self.info = self._reply(START_TIMEOUT)
@@ -276,7 +246,7 @@ class _Worker:
 
         def read():
             try:
-                box["reply"] = _recv(self.proc.stdout)
+                box["reply"] = recv_frame(self.proc.stdout)
             except BaseException as e:  # noqa: BLE001  (EOF: the worker died)
                 box["error"] = e
 
@@ -302,7 +272,7 @@ class _Worker:
 
     def request(self, msg, limit):
         try:
-            _send(self.proc.stdin, msg)
+            send_frame(self.proc.stdin, msg)
         except (BrokenPipeError, OSError, ValueError):
             self.kill()
             raise KernelCrashed(self.proc.returncode) from None
@@ -397,203 +367,3 @@ def run(kernel, grid, args, kwargs, timeout: float | None = None) -> float:
 
 
 _ERROR_TYPES: dict = {}
-
-
-# Worker
-
-
-def _build(spec):
-    """The kernel of ``spec``, in the worker."""
-    import importlib
-
-    import torch
-    import triton
-    import triton.language as tl
-
-    if spec[0] == "import":
-        return getattr(importlib.import_module(spec[1]), spec[2])
-    _, name, src, env = spec
-    ns = {"__name__": "__learner__", "__builtins__": builtins, "triton": triton, "tl": tl, "torch": torch, "math": math}
-    for gname, gspec in env.items():
-        try:
-            if gspec[0] == "module":
-                ns[gname] = importlib.import_module(gspec[1])
-            elif gspec[0] == "kernel":
-                ns[gname] = _build(gspec[1])
-            else:
-                ns[gname] = pickle.loads(gspec[1])
-        except Exception:
-            pass  # used by the kernel, it fails there with a NameError the learner can read
-    import linecache
-
-    digest = hashlib.sha1(src.encode()).hexdigest()[:12]
-    filename = f"<learner kernel {name} {digest}>"
-    linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
-    exec(compile(src, filename, "exec"), ns)
-    return ns[name]
-
-
-def _unpack(v, bufs):
-    import torch
-
-    if v[0] == "tensor":
-        _, i, offset, shape, stride, dtype, _device = v
-        base = bufs[i]
-        size = torch.empty(0, dtype=dtype).element_size()
-        t = torch.empty(0, dtype=dtype, device=base.device)
-        return t.set_(base.untyped_storage(), SLACK // size + offset, shape, stride)
-    if v[0] == "seq":
-        items = [_unpack(u, bufs) for u in v[2]]
-        return tuple(items) if v[1] else items
-    return pickle.loads(v[1])
-
-
-def _tensors(v):
-    """The packed tensors (``("tensor", storage index, ..., device)``) in a packed argument."""
-    if v[0] == "tensor":
-        yield v
-    elif v[0] == "seq":
-        for u in v[2]:
-            yield from _tensors(u)
-
-
-def _chain(e) -> list:
-    """``e`` and the exceptions it was raised from (8 at most)."""
-    chain = []
-    while e is not None and len(chain) < 8:
-        chain.append(e)
-        e = e.__cause__ or e.__context__
-    return chain
-
-
-def _cuda_failed(e) -> bool:
-    return any(type(c).__name__ == "AcceleratorError" or "CUDA" in str(c) for c in _chain(e))
-
-
-def _error(e) -> dict:
-    try:
-        pickled = pickle.dumps(e)
-        pickle.loads(pickled)
-    except Exception:
-        pickled = None
-    return {
-        "type": type(e).__name__,
-        "module": type(e).__module__,
-        "message": str(e),
-        "pickled": pickled,
-        "not_implemented": any(isinstance(c, NotImplementedError) for c in _chain(e))
-        or "NotImplementedError" in str(e),
-    }
-
-
-_KERNELS: dict = {}
-_FF = b"\xff" * SLACK
-
-
-def _handle(msg):
-    import torch
-
-    _, spec, grid, args, kwargs, storages = msg
-    dev_of = {}  # every storage, on the device of its first tensor
-    for v in list(args) + list(kwargs.values()):
-        for t in _tensors(v):
-            dev_of.setdefault(t[1], t[6])
-    cuda = sorted(d for d in dev_of.values() if d.startswith("cuda"))
-    on_cuda = bool(cuda)
-    if on_cuda:  # Triton launches on the current device: the tensors' own
-        torch.cuda.set_device(torch.device(cuda[0]))
-    bufs = []
-    for i, data in enumerate(storages):
-        raw = bytearray(_FF) + bytearray(data) + bytearray(_FF)
-        bufs.append(torch.frombuffer(raw, dtype=torch.uint8).to(dev_of.get(i, "cpu")))
-    captured = tempfile.TemporaryFile()
-    saved = os.dup(1)
-    sys.stdout.flush()
-    os.dup2(captured.fileno(), 1)
-    kind, err, counted = "ok", None, None
-    try:
-        a = [_unpack(v, bufs) for v in args]
-        kw = {k: _unpack(v, bufs) for k, v in kwargs.items()}
-        key = hashlib.sha1(pickle.dumps(spec, protocol=pickle.HIGHEST_PROTOCOL)).hexdigest()
-        kernel = _KERNELS.get(key)
-        if kernel is None:  # built once per distinct kernel (on a GPU, compiled once per signature)
-            kernel = _KERNELS[key] = _build(spec)
-        if INTERPRETER:  # count what each storage gives and takes (the traffic line of the checkers)
-            from .traffic import counting
-
-            with counting(**{f"s{i}": b for i, b in enumerate(bufs)}) as counted:
-                kernel[grid](*a, **kw)
-        else:
-            kernel[grid](*a, **kw)
-        if on_cuda:
-            torch.cuda.synchronize()
-    except BaseException as e:  # noqa: BLE001  (everything the learner's code can raise goes back)
-        kind, err = "error", _error(e)
-        if on_cuda:
-            try:
-                torch.cuda.synchronize()
-                dead = _cuda_failed(e)
-            except BaseException:  # noqa: BLE001
-                dead = True
-            if dead:
-                kind = "cuda-error"
-    finally:
-        sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
-    captured.seek(0)
-    out = captured.read(20000).decode(errors="replace")
-    captured.close()
-    traffic = None if counted is None else [(counted.read[f"s{i}"], counted.written[f"s{i}"]) for i in range(len(bufs))]
-    if kind == "cuda-error":
-        return ("cuda-error", None, out, err, None)
-    back, outside = [], []
-    for i, b in enumerate(bufs):
-        h = b.cpu().numpy()
-        n = len(storages[i])
-        if h[:SLACK].tobytes() != _FF or h[SLACK + n :].tobytes() != _FF:
-            outside.append(i)
-        back.append(h[SLACK : SLACK + n].tobytes())
-    if kind == "ok" and outside:
-        return ("wrote-outside", back, out, "your kernel wrote outside the memory of the tensors it was given", None)
-    return (kind, back, out, err, traffic)
-
-
-def _exit_with_parent(parent: int) -> None:
-    """End the worker when the notebook's process is gone (even while a kernel of the learner hangs)."""
-    while True:
-        time.sleep(1.0)
-        if os.getppid() != parent:
-            os._exit(1)
-
-
-def main() -> None:
-    # The parent decides when the worker stops (it kills it on a time-out or an interrupt); Jupyter's
-    # interrupt button signals the whole process group, which must not end an idle worker.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
-    proto_in = os.fdopen(os.dup(0), "rb")
-    proto_out = os.fdopen(os.dup(1), "wb")
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.dup2(2, 1)  # whatever the kernel prints cannot reach the protocol
-    import helpers  # noqa: F401  (first: it decides interpreter or GPU before Triton loads)
-    from helpers import mode
-
-    if mode.INTERPRETER:
-        import torch
-
-        torch.set_num_threads(1)  # the interpreter's small tensors gain nothing from a thread pool
-    import triton
-
-    _send(proto_out, {"pid": os.getpid(), "mode": mode.MODE, "triton": triton.__version__})
-    while True:
-        try:
-            msg = _recv(proto_in)
-        except EOFError:
-            return
-        _send(proto_out, _handle(msg))
-
-
-if __name__ == "__main__":
-    main()

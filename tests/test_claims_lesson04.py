@@ -228,7 +228,7 @@ def test_the_notebooks_online_attention():
 
 def test_no_solution_code_above_the_4_1_checker():
     cells = notebook(L)["cells"]
-    checker = next(i for i, c in enumerate(cells) if "lesson04.check_4_1(" in "".join(c["source"]))
+    checker = next(i for i, c in enumerate(cells) if "lesson04_exercises.check_4_1(" in "".join(c["source"]))
     above = "\n".join("".join(c["source"]) for c in cells[:checker] if c["cell_type"] == "code")
     for answer in ("tl.exp(m - m_new)", "d * alpha", "m_new = tl.maximum"):
         assert answer not in above, answer

@@ -13,7 +13,7 @@ from claims import cell_with, code_cell_with, prose, quotes
 from claims import notebook as claims_notebook
 
 import helpers
-from helpers import data, lesson05
+from helpers import data, lesson05, lesson05_exercises
 
 L, D = "05", "05d"  # the core lesson and its deep dive
 PROPS = data.load("device_props").to_dict("records")[0]
@@ -98,7 +98,7 @@ def test_waves(ok):
     text = cell_with(L, "run in 32 waves")
     quotes(text, f"65,536 rows on {n(resident)} resident")
     for rows, waves, last in ((65536, 32, 64), (2200, 2, 88)):
-        assert lesson05.waves_answer(rows, resident) == (waves, last)
+        assert lesson05_exercises.waves_answer(rows, resident) == (waves, last)
         quotes(text, f"{last} programs ({last / resident:.0%}")
 
 

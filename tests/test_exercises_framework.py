@@ -309,7 +309,7 @@ def test_a_function_that_returns_in_time_is_not_interrupted_later():
 
 
 # ------------------------------------------------------------------------------------------
-# Learner kernels run in a child worker process (helpers.sandbox)
+# Learner kernels run in a child worker process (helpers.sandbox, helpers.sandbox_worker)
 # ------------------------------------------------------------------------------------------
 
 # What PyTorch says when a kernel makes the GPU fault (the worker's error text; the GPU run in
@@ -349,7 +349,7 @@ def test_a_gpu_fault_hint_keeps_the_errors_first_sentence_and_no_url(monkeypatch
 triton = pytest.importorskip("triton")
 import triton.language as tl  # noqa: E402
 
-from helpers import DEVICE, sandbox  # noqa: E402
+from helpers import DEVICE, sandbox, sandbox_worker  # noqa: E402
 
 SCALE = tl.constexpr(2.0)
 
@@ -530,7 +530,7 @@ def test_a_library_kernel_is_imported_by_name_not_sent_as_source():
 def test_no_private_triton_internals():
     import inspect as _inspect
 
-    for mod in (ex, sandbox):
+    for mod in (ex, sandbox, sandbox_worker):
         src = _inspect.getsource(mod)
         for private in ("InterpreterBuilder", "triton.runtime.interpreter", "create_masked_load", "bounds_checked"):
             assert private not in src, f"{mod.__name__} uses {private}"

@@ -1,8 +1,9 @@
 """The course's house rules, checked: kernels are the lessons' own cells (exported, never edited by
-hand), lessons are siblings (no lesson module imports another), one module per kernel family."""
+hand), lessons are siblings (no lesson's modules import another lesson's), one module per kernel family."""
 
 import ast
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -118,21 +119,47 @@ def _imports(path: Path) -> set[str]:
     return out
 
 
+#: A lesson's modules: helpers/lessonNN.py (what the lesson shows) and helpers/lessonNN_exercises.py (its checkers).
+LESSON_MODULE = re.compile(r"lesson(\d\d)(_exercises)?")
+
+
+def _lesson_modules() -> dict[str, tuple[Path, str]]:
+    """'helpers.lesson05_exercises' -> (its path, '05'), for every lesson module of helpers/."""
+    found = {}
+    for path in sorted((ROOT / "helpers").glob("lesson*.py")):
+        m = LESSON_MODULE.fullmatch(path.stem)
+        assert m, f"{path.name}: a lesson's modules are lessonNN.py and lessonNN_exercises.py"
+        found[f"helpers.{path.stem}"] = (path, m.group(1))
+    return found
+
+
+def _reaches(imported: set[str], modules) -> list[str]:
+    return sorted(m for m in imported if any(m == o or m.startswith(o + ".") for o in modules))
+
+
 def test_lessons_are_siblings():
-    """No helpers/lessonNN.py imports another lesson module (what two lessons share lives in a shared layer)."""
-    lessons = sorted((ROOT / "helpers").glob("lesson[0-9][0-9].py"))
+    """No lesson module imports another lesson's (what two lessons share lives in a shared layer). A lesson's
+    exercise checkers, helpers/lessonNN_exercises.py, are part of lesson NN: they may import helpers.lessonNN,
+    and helpers.lessonNN never imports them (the checkers sit above what the lesson shows)."""
+    lessons = _lesson_modules()
     assert lessons
-    for path in lessons:
-        others = {f"helpers.{p.stem}" for p in lessons if p != path}
-        bad = sorted(m for m in _imports(path) if m in others or any(m.startswith(o + ".") for o in others))
+    for name, (path, nn) in lessons.items():
+        others = {o for o, (_, other) in lessons.items() if other != nn}
+        bad = _reaches(_imports(path), others)
         assert not bad, f"{path.name} imports another lesson: {bad}"
+        if name.endswith("_exercises"):
+            assert name.removesuffix("_exercises") in lessons, f"{path.name} has no lesson module beside it"
+        else:
+            bad = _reaches(_imports(path), {name + "_exercises"})
+            assert not bad, f"{path.name} imports its own exercise checkers: {bad}"
 
 
 def test_shared_layers_import_no_lesson():
     """Kernels, launch, measurement, plots, data and exercises never depend on a lesson (the
     benchmark harness, tools/bench.py, which records what lessons measure, is above them)."""
+    lessons = _lesson_modules()
     for path in sorted((ROOT / "helpers").rglob("*.py")):
-        if path.stem.startswith("lesson"):
+        if f"helpers.{path.stem}" in lessons and path.parent == ROOT / "helpers":
             continue
         bad = sorted(m for m in _imports(path) if m.startswith("helpers.lesson"))
         assert not bad, f"{path.relative_to(ROOT)} imports a lesson: {bad}"

@@ -18,7 +18,7 @@ from checking import _raises, _untouched
 from claims import code_cell_with
 
 import helpers
-from helpers import data, lesson01, lesson02
+from helpers import data, lesson01, lesson02, lesson02_exercises
 from helpers.exercises import fmt
 from helpers.traffic import kernel_traffic
 
@@ -78,10 +78,10 @@ CHECKERS = {
     "1.1": (lesson01.check_1_1, softmax_1d_right, lambda x: torch.exp(x)),
     "1.2": (lesson01.check_1_2, three_op_right, lambda M, N: (5 * M * N + 2 * M, 3 * M * N + 2 * M)),
     "1.3": (lesson01.check_1_3, shift_right, lambda f, x: True),
-    "2.1": (lesson02.check_2_1, lse_right, lambda x: torch.log(torch.exp(x).sum(dim=-1))),
-    "2.2": (lesson02.check_2_2, temperature_right, lambda x, T: helpers.naive_softmax(x / T)),
-    "2.3": (lesson02.check_2_3, log_softmax_right, lambda x: torch.log(helpers.stable_softmax(x))),
-    "2.4": (lesson02.check_2_4, lambda x, m: masked_right(x, m), lambda x, m: torch.softmax(x, dim=-1)),
+    "2.1": (lesson02_exercises.check_2_1, lse_right, lambda x: torch.log(torch.exp(x).sum(dim=-1))),
+    "2.2": (lesson02_exercises.check_2_2, temperature_right, lambda x, T: helpers.naive_softmax(x / T)),
+    "2.3": (lesson02_exercises.check_2_3, log_softmax_right, lambda x: torch.log(helpers.stable_softmax(x))),
+    "2.4": (lesson02_exercises.check_2_4, lambda x, m: masked_right(x, m), lambda x, m: torch.softmax(x, dim=-1)),
 }
 
 
@@ -175,7 +175,7 @@ def test_checker_1_3_needs_a_nonzero_shift(capsys):
 
 
 def test_checker_2_1_shape(capsys):
-    line = _run(capsys, lesson02.check_2_1, lambda x: torch.logsumexp(x, dim=-1, keepdim=True))
+    line = _run(capsys, lesson02_exercises.check_2_1, lambda x: torch.logsumexp(x, dim=-1, keepdim=True))
     assert "expected shape" in line and "one value per row" in line, line
 
 
@@ -518,32 +518,32 @@ def _mask_inplace(x, mask):
 
 @pytest.mark.parametrize("right", [masked_right, masked_right_nan_to_num])
 def test_checker_2_4_right(capsys, right):
-    line = _run(capsys, lesson02.check_2_4, right)
+    line = _run(capsys, lesson02_exercises.check_2_4, right)
     assert "): correct" in line and "fully masked row gives zeros" in line, line
 
 
 @pytest.mark.parametrize("name", MASKED_WRONG)
 def test_checker_2_4_wrong_answers(capsys, name):
     fn, hint = MASKED_WRONG[name]
-    line = _run(capsys, lesson02.check_2_4, fn)
+    line = _run(capsys, lesson02_exercises.check_2_4, fn)
     assert "): wrong: " in line and hint in line, line
 
 
 def test_checker_2_4_modifying_the_input_or_the_mask(capsys):
-    line = _run(capsys, lesson02.check_2_4, _inplace)
+    line = _run(capsys, lesson02_exercises.check_2_4, _inplace)
     assert "wrong: your function changed its input" in line and "masked_fill_" in line, line
-    line = _run(capsys, lesson02.check_2_4, _mask_inplace)
+    line = _run(capsys, lesson02_exercises.check_2_4, _mask_inplace)
     assert "wrong: your function changed the mask" in line, line
 
 
 def test_masked_softmax_answer():
     x = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
     mask = torch.tensor([[True, False, True], [False, False, False]])
-    want = lesson02.masked_softmax_answer(x, mask)
+    want = lesson02_exercises.masked_softmax_answer(x, mask)
     assert want[1].tolist() == [0.0, 0.0, 0.0]
     assert want[0, 1] == 0 and want[0].sum() == pytest.approx(1.0)
     assert torch.isnan(torch.softmax(torch.full((3,), NEG_INF), -1)).all()  # what torch does instead
-    cases = lesson02._masked_cases()
+    cases = lesson02_exercises._masked_cases()
     assert any((~m.any(dim=-1)).any() for _, m in cases), "a fully masked row is among the cases"
     assert any(x.dtype == torch.float16 for x, _ in cases) and {x.dim() for x, _ in cases} == {1, 2, 3}
 
@@ -657,7 +657,7 @@ LSE_WRONG = {
 @pytest.mark.parametrize("name", LSE_WRONG)
 def test_checker_2_1_wrong_answers(capsys, name):
     fn, hint = LSE_WRONG[name]
-    line = _run(capsys, lesson02.check_2_1, fn)
+    line = _run(capsys, lesson02_exercises.check_2_1, fn)
     assert "): wrong: " in line and hint in line, line
 
 
@@ -671,13 +671,13 @@ def test_checker_2_1_wrong_answers(capsys, name):
     ],
 )
 def test_checker_2_1_right_answers(capsys, right):
-    assert "): correct" in _run(capsys, lesson02.check_2_1, right)
+    assert "): correct" in _run(capsys, lesson02_exercises.check_2_1, right)
 
 
 def test_checker_2_1_rows_overflow_every_shift_but_the_max():
     """Each float32 row overflows or underflows a shift by its mean, first element or minimum (in its
     dtype), and the wide rows do so even in float64."""
-    cases = lesson02._lse_cases()
+    cases = lesson02_exercises._lse_cases()
     shifts = {
         "mean": lambda x: x.mean(dim=-1, keepdim=True),
         "first": lambda x: x[..., :1],
@@ -717,7 +717,7 @@ TEMPERATURE_WRONG.update({name: (_softmax_t(shift), hint) for name, shift, hint 
 @pytest.mark.parametrize("name", TEMPERATURE_WRONG)
 def test_checker_2_2_wrong_answers(capsys, name):
     fn, hint = TEMPERATURE_WRONG[name]
-    line = _run(capsys, lesson02.check_2_2, fn)
+    line = _run(capsys, lesson02_exercises.check_2_2, fn)
     assert "): wrong: " in line and hint in line, line
 
 
@@ -746,7 +746,7 @@ LOG_SOFTMAX_WRONG.update({name: (_log_softmax(shift), hint) for name, shift, hin
 @pytest.mark.parametrize("name", LOG_SOFTMAX_WRONG)
 def test_checker_2_3_wrong_answers(capsys, name):
     fn, hint = LOG_SOFTMAX_WRONG[name]
-    line = _run(capsys, lesson02.check_2_3, fn)
+    line = _run(capsys, lesson02_exercises.check_2_3, fn)
     assert "): wrong: " in line and hint in line, line
 
 
@@ -756,7 +756,7 @@ def _max_before_masking(x, mask):
 
 
 def test_checker_2_4_max_taken_before_masking(capsys):
-    line = _run(capsys, lesson02.check_2_4, _max_before_masking)
+    line = _run(capsys, lesson02_exercises.check_2_4, _max_before_masking)
     assert "): wrong: " in line and "take the maximum after masking" in line, line
 
 
@@ -916,12 +916,12 @@ _COLUMNS_HINT = "softmax over the rows runs along the last dimension, dim=-1 (di
     "fn", [_temperature_over(0), lambda x, T: torch.softmax(x / T, dim=0)], ids=["by hand", "torch.softmax"]
 )
 def test_checker_2_2_over_the_columns(capsys, fn):
-    line = _run(capsys, lesson02.check_2_2, fn)
+    line = _run(capsys, lesson02_exercises.check_2_2, fn)
     assert "): wrong: " in line and "over dim=0, down each column" in line and _COLUMNS_HINT in line, line
 
 
 def test_checker_2_2_dim_1_on_a_row(capsys):
-    line = _run(capsys, lesson02.check_2_2, _temperature_over(1))
+    line = _run(capsys, lesson02_exercises.check_2_2, _temperature_over(1))
     assert "): wrong: " in line and "IndexError" in line and "the last dimension is dim=-1" in line, line
 
 
@@ -935,13 +935,13 @@ def test_checker_2_2_dim_1_on_a_row(capsys):
     ],
 )
 def test_checker_2_2_right_answers(capsys, fn):
-    assert "): correct" in _run(capsys, lesson02.check_2_2, fn)
+    assert "): correct" in _run(capsys, lesson02_exercises.check_2_2, fn)
 
 
 def test_checker_2_3_over_the_columns(capsys):
-    line = _run(capsys, lesson02.check_2_3, lambda x: torch.log_softmax(x, dim=0))
+    line = _run(capsys, lesson02_exercises.check_2_3, lambda x: torch.log_softmax(x, dim=0))
     assert "): wrong: " in line and _COLUMNS_HINT in line, line
-    line = _run(capsys, lesson02.check_2_3, lambda x: torch.log_softmax(x, dim=1))
+    line = _run(capsys, lesson02_exercises.check_2_3, lambda x: torch.log_softmax(x, dim=1))
     assert "): wrong: " in line and "the last dimension is dim=-1" in line, line
 
 
@@ -951,9 +951,9 @@ def test_no_checker_of_lessons_01_02_says_the_same_for_expected_and_got(capsys):
 
     attempts = [
         (lesson01.check_1_1, lambda x: softmax_1d_right(x) + 1e-5),
-        (lesson02.check_2_1, lambda x: torch.logsumexp(x, -1) + 1e-3),
-        (lesson02.check_2_3, lambda x: torch.log_softmax(x, -1) + 1e-4),
-        (lesson02.check_2_4, lambda x, m: masked_right(x, m) * 1.0001),
+        (lesson02_exercises.check_2_1, lambda x: torch.logsumexp(x, -1) + 1e-3),
+        (lesson02_exercises.check_2_3, lambda x: torch.log_softmax(x, -1) + 1e-4),
+        (lesson02_exercises.check_2_4, lambda x, m: masked_right(x, m) * 1.0001),
     ]
     for checker, fn in attempts:
         line = _run(capsys, checker, fn)

@@ -19,7 +19,7 @@ import triton.language as tl
 from checking import _raises, _untouched, assert_checker_contract, status, variant, verdict
 
 import helpers
-from helpers import data, lesson03
+from helpers import data, lesson03, lesson03_exercises
 from helpers.mode import DEVICE
 
 # --------------------------------------------------------------------------------------------
@@ -204,7 +204,7 @@ def bp_math_pow(n):
 
 
 def test_checker_3_1_contract(capsys):
-    assert_checker_contract(capsys, lesson03.check_3_1, block_and_padding_right, bp_the_row, "power of two")
+    assert_checker_contract(capsys, lesson03_exercises.check_3_1, block_and_padding_right, bp_the_row, "power of two")
 
 
 @pytest.mark.parametrize(
@@ -223,7 +223,7 @@ def test_checker_3_1_contract(capsys):
     ids=lambda v: getattr(v, "__name__", str(v))[:30],
 )
 def test_checker_3_1_wrong_answers(wrong, hint, capsys):
-    line = verdict(capsys, lesson03.check_3_1, wrong)
+    line = verdict(capsys, lesson03_exercises.check_3_1, wrong)
     assert status(line).startswith("wrong") and hint in line, line
 
 
@@ -239,7 +239,7 @@ def predicted_ms_right(M, N, es, gbps):
 def test_checker_3_4_contract(capsys):
     assert_checker_contract(
         capsys,
-        lesson03.check_3_4,
+        lesson03_exercises.check_3_4,
         predicted_ms_right,
         lambda M, N, es, gb: M * N * es / (gb * 1e9) * 1e3,
         "count the write",
@@ -263,18 +263,20 @@ def test_checker_3_4_contract(capsys):
     ids=["no-write", "twice", "es-4", "es-2", "elements", "seconds", "microseconds", "bytes-per-s", "gib", "str"],
 )
 def test_checker_3_4_wrong_answers(wrong, hint, capsys):
-    line = verdict(capsys, lesson03.check_3_4, wrong)
+    line = verdict(capsys, lesson03_exercises.check_3_4, wrong)
     assert status(line).startswith("wrong") and hint in line, line
 
 
 def test_checker_3_4_names_only_the_mistake_made(capsys):
     """A hard-coded element size is not a forgotten write (the two give the same number on 2-byte data)."""
-    line = verdict(capsys, lesson03.check_3_4, lambda M, N, es, gb: 2 * M * N * 4 / (gb * 1e9) * 1e3)
+    line = verdict(capsys, lesson03_exercises.check_3_4, lambda M, N, es, gb: 2 * M * N * 4 / (gb * 1e9) * 1e3)
     assert "count the write" not in line and "element_size" in line, line
 
 
 def test_checker_3_4_never_prints_the_same_expected_and_got(capsys):
-    line = verdict(capsys, lesson03.check_3_4, lambda M, N, es, gb: predicted_ms_right(M, N, es, gb) * (1 + 2e-6))
+    line = verdict(
+        capsys, lesson03_exercises.check_3_4, lambda M, N, es, gb: predicted_ms_right(M, N, es, gb) * (1 + 2e-6)
+    )
     got, expected = line.split("you gave ")[1].split(" ms, expected ")
     assert got != expected.split(" ms")[0], line
 
@@ -373,8 +375,8 @@ def dim0_twice(x, out, kernel):
 
 
 def test_checker_3_2_right_answers(capsys):
-    assert status(verdict(capsys, lesson03.check_3_2, dim0_right)).startswith("correct")
-    assert status(verdict(capsys, lesson03.check_3_2, dim0_right_transposed_view)).startswith("correct")
+    assert status(verdict(capsys, lesson03_exercises.check_3_2, dim0_right)).startswith("correct")
+    assert status(verdict(capsys, lesson03_exercises.check_3_2, dim0_right_transposed_view)).startswith("correct")
 
 
 def test_checker_3_2_stops_a_function_that_never_returns(capsys, monkeypatch):
@@ -386,13 +388,13 @@ def test_checker_3_2_stops_a_function_that_never_returns(capsys, monkeypatch):
         while True:
             pass
 
-    line = verdict(capsys, lesson03.check_3_2, loops_forever)
+    line = verdict(capsys, lesson03_exercises.check_3_2, loops_forever)
     assert status(line).startswith("wrong") and "did not finish" in line, line
 
 
 def test_checker_3_2_not_yet(capsys):
-    assert status(verdict(capsys, lesson03.check_3_2, _untouched)).startswith("not yet")
-    assert status(verdict(capsys, lesson03.check_3_2, None)).startswith("not yet")
+    assert status(verdict(capsys, lesson03_exercises.check_3_2, _untouched)).startswith("not yet")
+    assert status(verdict(capsys, lesson03_exercises.check_3_2, None)).startswith("not yet")
 
 
 @pytest.mark.parametrize(
@@ -417,7 +419,7 @@ def test_checker_3_2_not_yet(capsys):
     ids=lambda v: getattr(v, "__name__", str(v))[:30],
 )
 def test_checker_3_2_wrong_answers(wrong, hint, capsys):
-    line = verdict(capsys, lesson03.check_3_2, wrong)
+    line = verdict(capsys, lesson03_exercises.check_3_2, wrong)
     assert status(line).startswith("wrong") and hint in line, line
 
 
@@ -529,7 +531,7 @@ def scaled_bad_index(out_ptr, in_ptr, in_row_stride, out_row_stride, n_cols, sca
 
 
 def test_checker_3_3_right_answer(capsys):
-    assert status(verdict(capsys, lesson03.check_3_3, scaled_right)).startswith("correct")
+    assert status(verdict(capsys, lesson03_exercises.check_3_3, scaled_right)).startswith("correct")
 
 
 @pytest.mark.parametrize(
@@ -537,7 +539,7 @@ def test_checker_3_3_right_answer(capsys):
 )
 def test_checker_3_3_takes_a_load_that_stays_in_the_row(right, capsys):
     """No `mask=` keyword is needed: a mask passed by position, or offsets clamped into the row, read nothing outside."""
-    line = verdict(capsys, lesson03.check_3_3, right)
+    line = verdict(capsys, lesson03_exercises.check_3_3, right)
     assert status(line).startswith("correct"), line
 
 
@@ -548,14 +550,14 @@ def test_checker_3_3_rejects_an_unmasked_load_whose_values_tl_where_drops(wrong,
     """The numbers are right (tl.where drops what the load read past each row), but the load reads past every row
     and past x on the last row: the checker names the unmasked load, on the CPU and on a GPU alike (it reads the
     kernel's source, since those reads leave no trace in the output)."""
-    line = verdict(capsys, lesson03.check_3_3, wrong)
+    line = verdict(capsys, lesson03_exercises.check_3_3, wrong)
     assert status(line).startswith("wrong") and "has no mask" in line and "unmasked load" in line, line
     assert "tl.load(" in line and "mask=cols < n_cols" in line, line
 
 
 def test_checker_3_3_untouched_template_is_not_yet(capsys):
-    assert status(verdict(capsys, lesson03.check_3_3, scaled_untouched)).startswith("not yet")
-    assert status(verdict(capsys, lesson03.check_3_3, None)).startswith("not yet")
+    assert status(verdict(capsys, lesson03_exercises.check_3_3, scaled_untouched)).startswith("not yet")
+    assert status(verdict(capsys, lesson03_exercises.check_3_3, None)).startswith("not yet")
 
 
 @pytest.mark.parametrize(
@@ -580,19 +582,19 @@ def test_checker_3_3_untouched_template_is_not_yet(capsys):
     ids=lambda v: getattr(v, "__name__", None) or getattr(getattr(v, "fn", None), "__name__", "x"),
 )
 def test_checker_3_3_wrong_answers(wrong, hint, capsys):
-    line = verdict(capsys, lesson03.check_3_3, wrong)
+    line = verdict(capsys, lesson03_exercises.check_3_3, wrong)
     assert status(line).startswith("wrong") and hint in line, line
 
 
 def test_the_row_stride_mistake_is_named_for_both_tensors(capsys):
-    line = verdict(capsys, lesson03.check_3_3, V["scaled_row_stride_is_n_cols"])
+    line = verdict(capsys, lesson03_exercises.check_3_3, V["scaled_row_stride_is_n_cols"])
     assert "row to row of x by n_cols" in line and "row to row of out by n_cols" in line, line
 
 
 def test_isolated_max_rows_break_every_shift_but_the_max():
     """The checker's rows: exp overflows in float32 for a shift by nothing, the mean, the min or any
     element other than the maximum; only the maximum gives finite numerators."""
-    z = lesson03.isolated_max_rows(4, 20, torch.Generator().manual_seed(0))
+    z = lesson03_exercises.isolated_max_rows(4, 20, torch.Generator().manual_seed(0))
     for row in z:
         top = row.max()
         assert torch.isfinite(torch.exp(row - top)).all()
@@ -613,7 +615,7 @@ def test_the_max_before_scaling_is_right_without_the_isolated_rows():
 def test_an_out_of_bounds_store_leaves_the_process_alive(capsys):
     """The far store is reported as wrong; the checker and this test (the same process) go on to
     run a correct kernel."""
-    line = verdict(capsys, lesson03.check_3_3, scaled_far_store)
+    line = verdict(capsys, lesson03_exercises.check_3_3, scaled_far_store)
     assert status(line).startswith("wrong")
-    assert status(verdict(capsys, lesson03.check_3_3, scaled_right)).startswith("correct")
+    assert status(verdict(capsys, lesson03_exercises.check_3_3, scaled_right)).startswith("correct")
     assert math.isfinite(float(helpers.softmax_fused(torch.randn(2, 5, device=DEVICE)).sum()))

@@ -18,7 +18,7 @@ import triton.language as tl
 from checking import assert_checker_contract, status, verdict
 
 import helpers
-from helpers import data, lesson04
+from helpers import data, lesson04, lesson04_exercises
 from helpers.mode import DEVICE
 
 NEG_INF = float("-inf")
@@ -293,10 +293,10 @@ def _variant(**kw):
 
 
 def test_checker_4_1_right_untouched_and_none(capsys):
-    line = verdict(capsys, lesson04.check_4_1, _variant())
+    line = verdict(capsys, lesson04_exercises.check_4_1, _variant())
     assert status(line).startswith("correct"), line
-    assert status(verdict(capsys, lesson04.check_4_1, _variant(untouched=True))).startswith("not yet")
-    assert status(verdict(capsys, lesson04.check_4_1, None)).startswith("not yet")
+    assert status(verdict(capsys, lesson04_exercises.check_4_1, _variant(untouched=True))).startswith("not yet")
+    assert status(verdict(capsys, lesson04_exercises.check_4_1, None)).startswith("not yet")
 
 
 def test_checker_4_1_takes_the_notebook_template_as_untouched(capsys):
@@ -310,7 +310,7 @@ def test_checker_4_1_takes_the_notebook_template_as_untouched(capsys):
     )
     assert "raise NotImplementedError" in cell and "tl.exp(m - m_new)" not in cell
     kernel = _notebook_kernel("<notebook template 4.1>", cell)
-    assert status(verdict(capsys, lesson04.check_4_1, kernel)).startswith("not yet")
+    assert status(verdict(capsys, lesson04_exercises.check_4_1, kernel)).startswith("not yet")
 
 
 def _notebook_kernel(name: str, cell: str):
@@ -339,44 +339,44 @@ def test_checker_4_1_takes_the_notebooks_solution_as_correct(capsys):
     code = re.search(r"```python\n(.*?)```", solution, re.S).group(1)
     filled = re.sub(r"    # Your code:.*\n    raise NotImplementedError\n", lambda _: code, template)
     assert filled != template and "raise NotImplementedError" not in filled
-    line = verdict(capsys, lesson04.check_4_1, _notebook_kernel("<notebook solution 4.1>", filled))
+    line = verdict(capsys, lesson04_exercises.check_4_1, _notebook_kernel("<notebook solution 4.1>", filled))
     assert status(line).startswith("correct"), line
 
 
 WRONG_4_1 = {
-    "no rescale": (dict(update=NO_RESCALE), lesson04.H_RESCALE),
+    "no rescale": (dict(update=NO_RESCALE), lesson04_exercises.H_RESCALE),
     "factor computed after m is updated": (dict(update=M_UPDATED_FIRST), "computed before m is updated"),
     "rescales the block instead of the old sum": (dict(update=RESCALES_THE_BLOCK), "multiply the old sum d"),
     "factor exp(m_new - m)": (dict(update=WRONG_FACTOR), "not by exp(m_new - m)"),
-    "block shifted by the old max": (dict(update=OLD_MAX_SHIFT), lesson04.H_OVERFLOW),
-    "block shifted by its own max": (dict(update=BLOCK_MAX_SHIFT), lesson04.H_BLOCK_MAX),
-    "no shift at all": (dict(update=NO_SHIFT), lesson04.H_SHIFT),
+    "block shifted by the old max": (dict(update=OLD_MAX_SHIFT), lesson04_exercises.H_OVERFLOW),
+    "block shifted by its own max": (dict(update=BLOCK_MAX_SHIFT), lesson04_exercises.H_BLOCK_MAX),
+    "no shift at all": (dict(update=NO_SHIFT), lesson04_exercises.H_SHIFT),
     "no -inf guard": (dict(update=NO_NEG_INF_GUARD), "exp(-inf - -inf) = NaN"),
     "all -inf rows give 0": (dict(all_inf_zero=True), "torch.softmax gives NaN"),
-    "no mask on the tail block": (dict(load_mask=False), lesson04.H_MASK),
-    "padding lanes load 0": (dict(other="0.0"), lesson04.H_OTHER),
-    "no mask on the store (out of bounds)": (dict(store_mask=False), lesson04.H_STORE),
-    "x read with out's row stride": (dict(in_rs="out_row_stride"), lesson04.H_STRIDES),
-    "out written with x's row stride": (dict(out_rs="in_row_stride"), lesson04.H_STRIDES),
-    "row stride hard-coded as n_cols": (dict(in_rs="n_cols", out_rs="n_cols"), lesson04.H_STRIDES),
-    "column stride ignored": (dict(col="1"), lesson04.H_COL),
+    "no mask on the tail block": (dict(load_mask=False), lesson04_exercises.H_MASK),
+    "padding lanes load 0": (dict(other="0.0"), lesson04_exercises.H_OTHER),
+    "no mask on the store (out of bounds)": (dict(store_mask=False), lesson04_exercises.H_STORE),
+    "x read with out's row stride": (dict(in_rs="out_row_stride"), lesson04_exercises.H_STRIDES),
+    "out written with x's row stride": (dict(out_rs="in_row_stride"), lesson04_exercises.H_STRIDES),
+    "row stride hard-coded as n_cols": (dict(in_rs="n_cols", out_rs="n_cols"), lesson04_exercises.H_STRIDES),
+    "column stride ignored": (dict(col="1"), lesson04_exercises.H_COL),
 }
 
 
 @pytest.mark.parametrize("kind", sorted(WRONG_4_1))
 def test_checker_4_1_wrong_answers(kind, capsys):
     kw, hint = WRONG_4_1[kind]
-    line = verdict(capsys, lesson04.check_4_1, _variant(**kw))
+    line = verdict(capsys, lesson04_exercises.check_4_1, _variant(**kw))
     assert status(line).startswith("wrong") and hint in line, line
 
 
 def test_checker_4_1_not_a_kernel(capsys):
-    line = verdict(capsys, lesson04.check_4_1, lambda *a: None)
+    line = verdict(capsys, lesson04_exercises.check_4_1, lambda *a: None)
     assert status(line).startswith("wrong") and "@triton.jit" in line
 
 
 def test_online_kernel_cases_are_hostile():
-    cases = lesson04.online_kernel_cases()
+    cases = lesson04_exercises.online_kernel_cases()
     for c in cases:
         M, N = c["x"].shape
         col = c.get("col", 1)
@@ -453,23 +453,25 @@ def merge_unshifted(m1, d1, m2, d2):
 
 
 def test_checker_4_2_contract(capsys):
-    assert_checker_contract(capsys, lesson04.check_4_2, merge_right, merge_no_rescale, lesson04.H_MERGE_ADD)
+    assert_checker_contract(
+        capsys, lesson04_exercises.check_4_2, merge_right, merge_no_rescale, lesson04_exercises.H_MERGE_ADD
+    )
 
 
 @pytest.mark.parametrize("right", [merge_right_float32, merge_right_numpy_float32])
 def test_checker_4_2_takes_the_right_formula_computed_in_float32(right, capsys):
     d = right(-2.0, 1.25, 0.5, 1.0)[1]
     assert float(d) != merge_right(-2.0, 1.25, 0.5, 1.0)[1]  # really float32: not the float64 answer
-    line = verdict(capsys, lesson04.check_4_2, right)
+    line = verdict(capsys, lesson04_exercises.check_4_2, right)
     assert status(line).startswith("correct"), line
 
 
 WRONG_4_2 = {
-    "empty part not handled (NaN)": (merge_no_empty, lesson04.H_MERGE_EMPTY),
-    "sums added without a rescale": (merge_no_rescale, lesson04.H_MERGE_ADD),
-    "the smaller maximum": (merge_min, lesson04.H_MERGE_MAX),
-    "factor exp(m - m_i)": (merge_wrong_factor, lesson04.H_MERGE_FACTOR),
-    "sums of exp(x), not shifted": (merge_unshifted, lesson04.H_MERGE_DEFINITION),
+    "empty part not handled (NaN)": (merge_no_empty, lesson04_exercises.H_MERGE_EMPTY),
+    "sums added without a rescale": (merge_no_rescale, lesson04_exercises.H_MERGE_ADD),
+    "the smaller maximum": (merge_min, lesson04_exercises.H_MERGE_MAX),
+    "factor exp(m - m_i)": (merge_wrong_factor, lesson04_exercises.H_MERGE_FACTOR),
+    "sums of exp(x), not shifted": (merge_unshifted, lesson04_exercises.H_MERGE_DEFINITION),
 }
 
 
@@ -477,7 +479,7 @@ WRONG_4_2 = {
 def test_checker_4_2_wrong_answers(kind, capsys):
     """Each wrong merge gets the hint that names its mistake, and no other merge hint."""
     wrong, hint = WRONG_4_2[kind]
-    line = verdict(capsys, lesson04.check_4_2, wrong)
+    line = verdict(capsys, lesson04_exercises.check_4_2, wrong)
     assert status(line).startswith("wrong") and hint in line, line
     others = {h for _, h in WRONG_4_2.values()} - {hint}
     assert not any(h in line for h in others), line
@@ -486,7 +488,9 @@ def test_checker_4_2_wrong_answers(kind, capsys):
 def test_checker_4_2_shows_what_was_given_and_what_was_expected(capsys):
     """A merge off by 1e-4 (beyond float32's rounding, so wrong): the line shows the pair given and the pair
     expected, in digits that tell them apart."""
-    line = verdict(capsys, lesson04.check_4_2, lambda m1, d1, m2, d2: merge_right(m1, d1, m2, d2 * (1 + 1e-4)))
+    line = verdict(
+        capsys, lesson04_exercises.check_4_2, lambda m1, d1, m2, d2: merge_right(m1, d1, m2, d2 * (1 + 1e-4))
+    )
     assert status(line).startswith("wrong"), line
     assert "merge(3, 1.5, 5, 2) gave (5.0, 2.203203), expected (5.0, 2.203003)" in line, line
 
@@ -497,7 +501,9 @@ def stash_traffic_right(M, N):
 
 
 def test_checker_4_3_contract(capsys):
-    assert_checker_contract(capsys, lesson04.check_4_3, stash_traffic_right, lambda M, N: (M * N, 2 * M * N), "reads")
+    assert_checker_contract(
+        capsys, lesson04_exercises.check_4_3, stash_traffic_right, lambda M, N: (M * N, 2 * M * N), "reads"
+    )
 
 
 WRONG_4_3 = {
@@ -511,7 +517,7 @@ WRONG_4_3 = {
 @pytest.mark.parametrize("kind", sorted(WRONG_4_3))
 def test_checker_4_3_wrong_answers(kind, capsys):
     wrong, hint = WRONG_4_3[kind]
-    line = verdict(capsys, lesson04.check_4_3, wrong)
+    line = verdict(capsys, lesson04_exercises.check_4_3, wrong)
     assert status(line).startswith("wrong") and hint in line, line
 
 
@@ -519,5 +525,5 @@ def test_merge_answer_is_the_online_update():
     x = torch.randn(20, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
     a, b = x[:7], x[7:]
     m1, m2 = float(a.max()), float(b.max())
-    m, d = lesson04.merge_answer(m1, float(torch.exp(a - m1).sum()), m2, float(torch.exp(b - m2).sum()))
+    m, d = lesson04_exercises.merge_answer(m1, float(torch.exp(a - m1).sum()), m2, float(torch.exp(b - m2).sum()))
     assert m == float(x.max()) and d == pytest.approx(float(torch.exp(x - m).sum()), rel=1e-12)

@@ -16,7 +16,7 @@ import triton.language as tl
 from checking import assert_checker_contract, status, variant, verdict
 
 import helpers
-from helpers import data, lesson05
+from helpers import data, lesson05, lesson05_exercises
 
 PROPS = {
     "sm_count": 132,
@@ -87,8 +87,11 @@ def test_tiled_kernel_keeps_the_max_subtraction_exact_far_from_zero(offset):
 def test_occupancy_matches_hand_calculation(n_regs, shared, warps, per_sm, limit):
     occ = helpers.occupancy(n_regs, shared, warps, PROPS)
     assert (occ["programs_per_sm"], occ["limited_by"]) == (per_sm, limit)
-    assert lesson05.programs_by_registers_answer(n_regs, warps) == occ["limits"]["registers"]
-    assert lesson05._limits(n_regs, shared, warps, PROPS) == {k: v for k, v in occ["limits"].items()} or shared == 0
+    assert lesson05_exercises.programs_by_registers_answer(n_regs, warps) == occ["limits"]["registers"]
+    assert (
+        lesson05_exercises._limits(n_regs, shared, warps, PROPS) == {k: v for k, v in occ["limits"].items()}
+        or shared == 0
+    )
 
 
 def test_occupancy_counts_the_reserved_shared_memory():
@@ -107,7 +110,7 @@ def test_the_course_formula_recomputes_the_recorded_course_column():
 def test_registers_by_partition():
     # 38 regs * 32 = 1216 -> 1280 a warp; a quarter holds 16384 // 1280 = 12 warps: 48 warps, 24 two-warp programs
     assert lesson05.registers_by_partition(38, 2, PROPS) == 24
-    assert lesson05.programs_by_registers_answer(38, 2) == 25
+    assert lesson05_exercises.programs_by_registers_answer(38, 2) == 25
 
 
 @pytest.mark.parametrize(
@@ -115,7 +118,7 @@ def test_registers_by_partition():
     [(65536, 2112, (32, 64)), (2112, 2112, (1, 2112)), (132, 2112, (1, 132)), (4225, 2112, (3, 1)), (1, 1, (1, 1))],
 )
 def test_waves(n, r, want):
-    assert lesson05.waves_answer(n, r) == want
+    assert lesson05_exercises.waves_answer(n, r) == want
 
 
 # --------------------------------------------------------------------------------------------
@@ -274,9 +277,9 @@ def gs_while_stuck(
 
 
 def test_checker_5_1_right_and_not_yet(capsys):
-    assert status(verdict(capsys, lesson05.check_5_1, gs_right)).startswith("correct")
-    assert status(verdict(capsys, lesson05.check_5_1, gs_untouched)).startswith("not yet")
-    assert status(verdict(capsys, lesson05.check_5_1, None)).startswith("not yet")
+    assert status(verdict(capsys, lesson05_exercises.check_5_1, gs_right)).startswith("correct")
+    assert status(verdict(capsys, lesson05_exercises.check_5_1, gs_untouched)).startswith("not yet")
+    assert status(verdict(capsys, lesson05_exercises.check_5_1, None)).startswith("not yet")
 
 
 STRIDE, MASK = ("row_stride",), ("mask",)  # the title says "grid-stride"
@@ -303,19 +306,19 @@ STRIDE, MASK = ("row_stride",), ("mask",)  # the title says "grid-stride"
     ids=lambda v: getattr(getattr(v, "fn", v), "__name__", "x") if callable(v) else None,
 )
 def test_checker_5_1_wrong_answers(wrong, hint, not_in, capsys):
-    line = verdict(capsys, lesson05.check_5_1, wrong)
+    line = verdict(capsys, lesson05_exercises.check_5_1, wrong)
     assert status(line).startswith("wrong") and hint in line, line
     assert not any(w in line for w in not_in), line
 
 
 def test_checker_5_1_a_loop_that_never_ends(capsys, monkeypatch):
     monkeypatch.setattr(helpers.exercises, "KERNEL_TIMEOUT", 5)
-    line = verdict(capsys, lesson05.check_5_1, gs_while_stuck)
+    line = verdict(capsys, lesson05_exercises.check_5_1, gs_while_stuck)
     assert status(line).startswith("wrong") and "did not finish" in line, line
 
 
 def test_grid_stride_cases_are_hostile():
-    cases = lesson05.grid_stride_cases()
+    cases = lesson05_exercises.grid_stride_cases()
     assert {c["programs"] for c in cases} >= {1, 3, 16}
     assert any(c["programs"] > c["x"].shape[0] for c in cases)
     assert any(c.get("transpose") for c in cases)
@@ -359,9 +362,14 @@ def binding_no_reserve_guarded(n_regs, shared, w, props):  # forgets the reserve
 
 
 CASES = [
-    (lesson05.check_5_2, regs_right, lambda n, w, r, ws: r // (n * ws * w), "multiple of 256"),
-    (lesson05.check_5_3, lesson05.waves_answer, lambda n, r: (n // r, n % r), "round up"),
-    (lesson05.check_5_3, lesson05.waves_answer, lambda n, r: (-(-n // r), n % r), "the last wave is full"),
+    (lesson05_exercises.check_5_2, regs_right, lambda n, w, r, ws: r // (n * ws * w), "multiple of 256"),
+    (lesson05_exercises.check_5_3, lesson05_exercises.waves_answer, lambda n, r: (n // r, n % r), "round up"),
+    (
+        lesson05_exercises.check_5_3,
+        lesson05_exercises.waves_answer,
+        lambda n, r: (-(-n // r), n % r),
+        "the last wave is full",
+    ),
 ]
 
 
@@ -391,7 +399,7 @@ WRONG_5_2 = [
 
 @pytest.mark.parametrize("name, wrong, hint", WRONG_5_2, ids=[w[0] for w in WRONG_5_2])
 def test_checker_5_2_names_the_mistake(name, wrong, hint, capsys):
-    assert_checker_contract(capsys, lesson05.check_5_2, regs_right, wrong, hint)
+    assert_checker_contract(capsys, lesson05_exercises.check_5_2, regs_right, wrong, hint)
 
 
 RESERVE = "reserved_shared_per_block"
@@ -413,8 +421,8 @@ WRONG_5_4 = [
 
 @pytest.mark.parametrize("name, wrong, hint", WRONG_5_4, ids=[w[0] for w in WRONG_5_4])
 def test_checker_5_4_names_the_mistake(name, wrong, hint, capsys):
-    assert_checker_contract(capsys, lesson05.check_5_4, binding_right, wrong, hint)
-    line = verdict(capsys, lesson05.check_5_4, wrong)
+    assert_checker_contract(capsys, lesson05_exercises.check_5_4, binding_right, wrong, hint)
+    line = verdict(capsys, lesson05_exercises.check_5_4, wrong)
     if hint != RESERVE:  # the driver's reserve is named only for the mistake of leaving it out
         assert RESERVE not in line, line
 
@@ -447,10 +455,10 @@ def test_the_notebooks_solutions_pass_their_checkers(tmp_path, monkeypatch, caps
     monkeypatch.syspath_prepend(str(tmp_path))
     sol = importlib.import_module("lesson05_solutions")
     for checker, fn in (
-        (lesson05.check_5_1, sol.persistent_softmax_kernel),
-        (lesson05.check_5_2, sol.programs_by_registers),
-        (lesson05.check_5_3, sol.waves),
-        (lesson05.check_5_4, sol.binding_limit),
+        (lesson05_exercises.check_5_1, sol.persistent_softmax_kernel),
+        (lesson05_exercises.check_5_2, sol.programs_by_registers),
+        (lesson05_exercises.check_5_3, sol.waves),
+        (lesson05_exercises.check_5_4, sol.binding_limit),
     ):
         line = verdict(capsys, checker, fn)
         assert status(line).startswith("correct"), line
@@ -467,7 +475,7 @@ def test_no_answer_on_screen_above_its_checker():
         )
     )
     checker_at = {
-        k: next(i for i, c in enumerate(cells) if f"lesson05.check_{k}(" in "".join(c["source"]))
+        k: next(i for i, c in enumerate(cells) if f"lesson05_exercises.check_{k}(" in "".join(c["source"]))
         for k in ("5_1", "5_2", "5_3", "5_4")
     }
     answers = {

@@ -28,7 +28,7 @@ from checking import assert_checker_contract, module_from
 from claims import code_cell_with
 
 import helpers
-from helpers import lesson06
+from helpers import lesson06, lesson06_exercises
 from helpers.exercises import guarded
 from helpers.lesson06 import slice_stats
 
@@ -484,8 +484,13 @@ def _run(capsys, checker, attempt) -> str:
 
 #: exercise -> (checker, a right answer, a wrong answer, its hint); the kernel exercise has its own tests below.
 CHECKERS = {
-    "6.2": (lesson06.check_6_2, combine_right, combine_no_rescale, "is each slice's d moved to the row's maximum"),
-    "6.3": (lesson06.check_6_3, frac_right, frac_always_three_passes, "x fits in L2 here"),
+    "6.2": (
+        lesson06_exercises.check_6_2,
+        combine_right,
+        combine_no_rescale,
+        "is each slice's d moved to the row's maximum",
+    ),
+    "6.3": (lesson06_exercises.check_6_3, frac_right, frac_always_three_passes, "x fits in L2 here"),
 }
 
 
@@ -500,7 +505,7 @@ def test_checker_contract(capsys, ex):
 
 @pytest.mark.parametrize("ex", list(CHECKERS) + ["6.1"])
 def test_checker_unattempted_value_and_not_a_function(capsys, ex):
-    checker = lesson06.check_6_1 if ex == "6.1" else CHECKERS[ex][0]
+    checker = lesson06_exercises.check_6_1 if ex == "6.1" else CHECKERS[ex][0]
     for value in (None, ...):
         assert "): not yet" in _run(capsys, checker, value)
     if ex != "6.1":
@@ -512,17 +517,17 @@ def test_checker_unattempted_value_and_not_a_function(capsys, ex):
 
 
 def test_checker_6_1_right(capsys):
-    line = _run(capsys, lesson06.check_6_1, stats_kernel())
+    line = _run(capsys, lesson06_exercises.check_6_1, stats_kernel())
     assert line.startswith("Exercise 6.1 (the split statistics kernel): correct"), line
 
 
 def test_checker_6_1_accepts_the_library_kernel(capsys):
-    line = _run(capsys, lesson06.check_6_1, helpers.kernels.softmax_split_stats_kernel)
+    line = _run(capsys, lesson06_exercises.check_6_1, helpers.kernels.softmax_split_stats_kernel)
     assert "): correct" in line, line
 
 
 def test_checker_6_1_untouched_template(capsys):
-    line = _run(capsys, lesson06.check_6_1, stats_template())
+    line = _run(capsys, lesson06_exercises.check_6_1, stats_template())
     assert "): not yet: replace `raise NotImplementedError`" in line, line
 
 
@@ -547,7 +552,7 @@ def test_checker_6_1_untouched_template(capsys):
     ],
 )
 def test_checker_6_1_wrong_kernels(capsys, kernel, hint):
-    line = _run(capsys, lesson06.check_6_1, stats_kernel(kernel))
+    line = _run(capsys, lesson06_exercises.check_6_1, stats_kernel(kernel))
     assert line.startswith("Exercise 6.1 (the split statistics kernel): wrong: "), line
     assert hint in line, line
 
@@ -555,34 +560,34 @@ def test_checker_6_1_wrong_kernels(capsys, kernel, hint):
 def test_checker_6_1_out_of_bounds_store_leaves_the_process_alive(capsys):
     """A store far outside the buffers is "wrong", and this process goes on: the next launch of a
     right kernel is judged correct."""
-    line = _run(capsys, lesson06.check_6_1, stats_kernel("store_far"))
+    line = _run(capsys, lesson06_exercises.check_6_1, stats_kernel("store_far"))
     assert line.startswith("Exercise 6.1 (the split statistics kernel): wrong: "), line
-    line = _run(capsys, lesson06.check_6_1, stats_kernel())
+    line = _run(capsys, lesson06_exercises.check_6_1, stats_kernel())
     assert "): correct" in line, line
 
 
 def test_checker_6_1_not_a_kernel(capsys):
-    line = _run(capsys, lesson06.check_6_1, lambda *a: None)
+    line = _run(capsys, lesson06_exercises.check_6_1, lambda *a: None)
     assert "wrong: split_stats_kernel must be a Triton kernel" in line, line
-    line = _run(capsys, lesson06.check_6_1, 42)
+    line = _run(capsys, lesson06_exercises.check_6_1, 42)
     assert "wrong: split_stats_kernel must be a Triton kernel" in line, line
 
 
 def test_simulate_stats_matches_slice_stats():
     """The checker's float64 model of the kernel agrees with slice_stats on every case, read from the
     same strided, NaN-padded memory the learner's kernel gets."""
-    for _desc, rows, L, B, cs, rs in lesson06._stats_kernel_cases():
+    for _desc, rows, L, B, cs, rs in lesson06_exercises._stats_kernel_cases():
         M, N = rows.shape
         assert rs not in (N, cs * N) and rs >= cs * (N - 1) + 1  # a row stride that is not the row length
         base = guarded((M, cs * (N - 1) + 1), fill=1000.0, row_stride=rs)
         x = base[:, ::cs]
         x.copy_(rows.to(x.device))
-        m, d = lesson06.simulate_stats(x, L, B)
+        m, d = lesson06_exercises.simulate_stats(x, L, B)
         m64, d64 = slice_stats(rows.double(), triton.cdiv(N, L), L)
         assert torch.equal(m, m64)
         assert torch.allclose(d, d64, rtol=1e-12, atol=0)
         # a load past a row's end reads NaN, and the model says so
-        m_nomask, d_nomask = lesson06.simulate_stats(x, L, B, mask=False)
+        m_nomask, d_nomask = lesson06_exercises.simulate_stats(x, L, B, mask=False)
         crosses = [s for s in range(triton.cdiv(N, L)) if s * L + L > N]
         assert torch.isnan(d_nomask[:, crosses]).all()
 
@@ -630,15 +635,15 @@ def combine_modifies(stats):
     ],
 )
 def test_checker_6_2_wrong_answers(capsys, attempt, hint):
-    line = _run(capsys, lesson06.check_6_2, attempt)
+    line = _run(capsys, lesson06_exercises.check_6_2, attempt)
     assert line.startswith("Exercise 6.2 (merge a row's statistics in one step): wrong: "), line
     assert hint in line, line
 
 
 def test_checker_6_2_accepts_float64_and_float32_answers(capsys):
-    line = _run(capsys, lesson06.check_6_2, lambda s: tuple(t.double() for t in combine_right(s)))
+    line = _run(capsys, lesson06_exercises.check_6_2, lambda s: tuple(t.double() for t in combine_right(s)))
     assert "): correct" in line, line
-    line = _run(capsys, lesson06.check_6_2, combine_any_leading_dims)
+    line = _run(capsys, lesson06_exercises.check_6_2, combine_any_leading_dims)
     assert "): correct" in line, line
 
 
@@ -696,7 +701,7 @@ def frac_with_statistics(design, M, N, e, l2):  # counts 8 bytes of statistics p
     ],
 )
 def test_checker_6_3_wrong_answers(capsys, attempt, hint):
-    line = _run(capsys, lesson06.check_6_3, attempt)
+    line = _run(capsys, lesson06_exercises.check_6_3, attempt)
     assert line.startswith("Exercise 6.3 (the L2 model's prediction): wrong: "), line
     assert hint in line, line
     said = re.search(r"you said (\S+), expected (\S+):", line)
@@ -724,9 +729,9 @@ def test_notebook_solutions_pass_their_checkers(capsys, tmp_path):
     sols = ["".join(c["source"]) for c in nb["cells"] if "solution" in c.get("metadata", {}).get("tags", [])]
     assert len(sols) == 3
     checks = {
-        "split_stats_kernel": lesson06.check_6_1,
-        "combine": lesson06.check_6_2,
-        "predicted_frac": lesson06.check_6_3,
+        "split_stats_kernel": lesson06_exercises.check_6_1,
+        "combine": lesson06_exercises.check_6_2,
+        "predicted_frac": lesson06_exercises.check_6_3,
     }
     for sol in sols:
         code = re.search(r"```python\n(.*?)```", sol, re.S).group(1)
@@ -750,11 +755,12 @@ def test_no_answer_on_screen_before_its_solution():
     src = ["".join(c["source"]) for c in cells]
     at = lambda phrase: next(i for i, s in enumerate(src) if phrase in s)
     sol = [i for i, c in enumerate(cells) if "solution" in c.get("metadata", {}).get("tags", [])]
-    assert at("lesson06.check_6_1(") + 1 == sol[0] and at("lesson06.check_6_2(") + 1 == sol[1]
+    assert at("lesson06_exercises.check_6_1(") + 1 == sol[0] and at("lesson06_exercises.check_6_2(") + 1 == sol[1]
     assert at("def softmax_split_stats_kernel(") > sol[1]
     assert at("def softmax_split_normalize_kernel(") > sol[1]
-    assert at("lesson06.check_6_3(") + 1 == sol[2] and at("lesson06.predicted_frac_answer(") > sol[2]
-    for i in range(at("lesson06.check_6_1("), sol[0]):  # nothing between a checker and its solution prints code
+    assert at("lesson06_exercises.check_6_3(") + 1 == sol[2] and at("lesson06.predicted_frac_answer(") > sol[2]
+    # nothing between a checker and its solution prints code
+    for i in range(at("lesson06_exercises.check_6_1("), sol[0]):
         assert "show_source" not in src[i]
 
 

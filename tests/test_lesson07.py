@@ -22,7 +22,7 @@ import torch
 from checking import module_from, verdict
 
 import helpers
-from helpers import data, gpu_data, lesson07, measure, plots
+from helpers import data, gpu_data, lesson07, lesson07_exercises, measure, plots
 from helpers.kernels import attention, naive_attention
 from helpers.lesson07 import FULL, MASKED, SKIPPED
 from helpers.reference import round_up_err
@@ -136,14 +136,17 @@ def test_tiles_agree_with_brute_force(sq, sk, bm, bn, causal):
 
 @pytest.mark.parametrize("seq,bm,bn", [(37, 32, 16), (50, 16, 16), (45, 16, 32), (100, 64, 16), (7, 16, 16)])
 def test_visible_keys_of_the_right_bounds_is_causal(seq, bm, bn):
-    assert lesson07.visible_keys(seq, bm, bn) == [i + 1 for i in range(seq)]
+    assert lesson07_exercises.visible_keys(seq, bm, bn) == [i + 1 for i in range(seq)]
 
 
 def test_every_mistake_of_7_2_shows_in_the_checker_cases():
     """Each mistake changes which keys some row sees, and no two mistakes look alike, over the cases."""
-    cases = lesson07.CASES_7_2
-    seen = {kind: [lesson07.visible_keys(c[1], c[3], c[4], kind) for c in cases] for kind in lesson07.HINTS_7_2}
-    right = [lesson07.visible_keys(c[1], c[3], c[4]) for c in cases]
+    cases = lesson07_exercises.CASES_7_2
+    seen = {
+        kind: [lesson07_exercises.visible_keys(c[1], c[3], c[4], kind) for c in cases]
+        for kind in lesson07_exercises.HINTS_7_2
+    }
+    right = [lesson07_exercises.visible_keys(c[1], c[3], c[4]) for c in cases]
     assert all(s != right for s in seen.values())
     assert len({json.dumps(s) for s in seen.values()}) == len(seen)
     assert all(c[1] % c[3] and c[1] % c[4] for c in cases)  # no length a multiple of its tiles
@@ -579,21 +582,21 @@ WRONG_7_1 = {
 
 
 def test_checker_7_1_right(capsys):
-    _assert(_verdict(capsys, lesson07.check_7_1, _ca_right), "correct")
+    _assert(_verdict(capsys, lesson07_exercises.check_7_1, _ca_right), "correct")
 
 
 def test_checker_7_1_untouched_template(capsys):
     ns = {}
     exec(_notebook_code("def causal_attention"), ns)
-    _assert(_verdict(capsys, lesson07.check_7_1, ns["causal_attention"]), "not yet")
-    _assert(_verdict(capsys, lesson07.check_7_1, None), "not yet")
-    _assert(_verdict(capsys, lesson07.check_7_1, lambda q, k, v, s: ...), "not yet")
+    _assert(_verdict(capsys, lesson07_exercises.check_7_1, ns["causal_attention"]), "not yet")
+    _assert(_verdict(capsys, lesson07_exercises.check_7_1, None), "not yet")
+    _assert(_verdict(capsys, lesson07_exercises.check_7_1, lambda q, k, v, s: ...), "not yet")
 
 
 @pytest.mark.parametrize("case", WRONG_7_1, ids=list(WRONG_7_1))
 def test_checker_7_1_wrong_answers_get_hints(capsys, case):
     fn, hint = WRONG_7_1[case]
-    _assert(_verdict(capsys, lesson07.check_7_1, fn), "wrong", hint)
+    _assert(_verdict(capsys, lesson07_exercises.check_7_1, fn), "wrong", hint)
 
 
 def test_checker_7_1_other_wrong_answers(capsys):
@@ -607,11 +610,11 @@ def test_checker_7_1_other_wrong_answers(capsys):
     def raises(q, k, v, scale):
         raise KeyError("oops")
 
-    _assert(_verdict(capsys, lesson07.check_7_1, in_place), "wrong", "modified")
-    _assert(_verdict(capsys, lesson07.check_7_1, no_return), "wrong", "return")
-    _assert(_verdict(capsys, lesson07.check_7_1, raises), "wrong", "KeyError")
-    _assert(_verdict(capsys, lesson07.check_7_1, lambda q, k, v, s: _ca_right(q, k, v, s).float()), "wrong")
-    _assert(_verdict(capsys, lesson07.check_7_1, "not a function"), "wrong", "function")
+    _assert(_verdict(capsys, lesson07_exercises.check_7_1, in_place), "wrong", "modified")
+    _assert(_verdict(capsys, lesson07_exercises.check_7_1, no_return), "wrong", "return")
+    _assert(_verdict(capsys, lesson07_exercises.check_7_1, raises), "wrong", "KeyError")
+    _assert(_verdict(capsys, lesson07_exercises.check_7_1, lambda q, k, v, s: _ca_right(q, k, v, s).float()), "wrong")
+    _assert(_verdict(capsys, lesson07_exercises.check_7_1, "not a function"), "wrong", "function")
 
 
 # ---- 7.2: the causal loop bounds and the diagonal block --------------------------------------
@@ -696,19 +699,19 @@ def test_7_2_no_answer_on_screen_before_the_checker():
     """No cell above exercise 7.2's checker shows the causal bounds (the library's kernel comes after)."""
     cells = json.loads(NOTEBOOK.read_text())["cells"]
     src = ["".join(c["source"]) for c in cells]
-    at = next(i for i, s in enumerate(src) if s.startswith("lesson07.check_7_2"))
+    at = next(i for i, s in enumerate(src) if s.startswith("lesson07_exercises.check_7_2"))
     before = "\n".join(s for s, c in zip(src[:at], cells) if "solution" not in c["metadata"].get("tags", []))
     assert "(start_m * BLOCK_M + 1) // BLOCK_N" not in before and "<= offs_m[:, None]" not in before
     assert "def attention_fwd_kernel" not in before
-    at71 = next(i for i, s in enumerate(src) if s.startswith("lesson07.check_7_1"))
+    at71 = next(i for i, s in enumerate(src) if s.startswith("lesson07_exercises.check_7_1"))
     assert "masked_fill" not in "\n".join(src[:at71])  # naive_attention's causal branch comes after 7.1
-    at73 = next(i for i, s in enumerate(src) if s.startswith("lesson07.check_7_3"))
+    at73 = next(i for i, s in enumerate(src) if s.startswith("lesson07_exercises.check_7_3"))
     assert "logaddexp" not in "\n".join(s for s, c in zip(src[:at73], cells) if c["cell_type"] == "code")
 
 
 def test_checker_7_2_right(capsys, tmp_path):
     kernel = _kernel(RIGHT_72, tmp_path, "k72_right")
-    lesson07.check_7_2(kernel)
+    lesson07_exercises.check_7_2(kernel)
     out = capsys.readouterr().out.strip().splitlines()
     _assert(out[0], "correct")
     # attention's traffic line: K and V read once per block of queries, and the time only a floor (its matmuls set it)
@@ -718,13 +721,13 @@ def test_checker_7_2_right(capsys, tmp_path):
 
 def test_checker_7_2_right_without_the_redundant_bound(capsys, tmp_path):
     src = _wrong_72([("keep", "        keep = cols[None, :] <= offs_m[:, None]")])
-    _assert(_verdict(capsys, lesson07.check_7_2, _kernel(src, tmp_path, "k72_right2")), "correct")
+    _assert(_verdict(capsys, lesson07_exercises.check_7_2, _kernel(src, tmp_path, "k72_right2")), "correct")
 
 
 @pytest.mark.parametrize("case", RIGHT_BOUNDS_72, ids=list(RIGHT_BOUNDS_72))
 def test_checker_7_2_other_right_bounds(capsys, tmp_path, case):
     kernel = _kernel(_wrong_72(RIGHT_BOUNDS_72[case]), tmp_path, "k72_ok_" + "".join(ch for ch in case if ch.isalnum()))
-    _assert(_verdict(capsys, lesson07.check_7_2, kernel), "correct")
+    _assert(_verdict(capsys, lesson07_exercises.check_7_2, kernel), "correct")
 
 
 BOUNDS_HELPER = """
@@ -742,41 +745,45 @@ def test_checker_7_2_bounds_from_a_helper_function(capsys, tmp_path, end, verdic
     src = _wrong_72([("n_full", "    n_full, end = causal_bounds(start_m, seq, BLOCK_M, BLOCK_N)"), ("end", "")])
     kernel = _kernel(BOUNDS_HELPER.format(end=end) + src, tmp_path, f"k72_helper_{verdict}")
     _assert(
-        _verdict(capsys, lesson07.check_7_2, kernel), verdict, *(["ignores causality"] if verdict == "wrong" else [])
+        _verdict(capsys, lesson07_exercises.check_7_2, kernel),
+        verdict,
+        *(["ignores causality"] if verdict == "wrong" else []),
     )
 
 
 def test_checker_7_2_untouched_template_is_not_yet(capsys, tmp_path):
-    _assert(_verdict(capsys, lesson07.check_7_2, _kernel(TEMPLATE_72, tmp_path, "k72_template")), "not yet")
-    _assert(_verdict(capsys, lesson07.check_7_2, None), "not yet")
+    _assert(_verdict(capsys, lesson07_exercises.check_7_2, _kernel(TEMPLATE_72, tmp_path, "k72_template")), "not yet")
+    _assert(_verdict(capsys, lesson07_exercises.check_7_2, None), "not yet")
 
 
 @pytest.mark.parametrize("case", WRONG_7_2, ids=list(WRONG_7_2))
 def test_checker_7_2_wrong_kernels_get_hints(capsys, tmp_path, case):
     changes, hint = WRONG_7_2[case]
     kernel = _kernel(_wrong_72(changes), tmp_path, "k72_" + "".join(ch for ch in case if ch.isalnum()))
-    _assert(_verdict(capsys, lesson07.check_7_2, kernel), "wrong", hint)
+    _assert(_verdict(capsys, lesson07_exercises.check_7_2, kernel), "wrong", hint)
 
 
 def test_checker_7_2_out_of_bounds_store_is_wrong(capsys, tmp_path):
     src = RIGHT_72.replace(", o, mask=offs_m[:, None] < seq)", ", o)")
     assert src != RIGHT_72
-    _assert(_verdict(capsys, lesson07.check_7_2, _kernel(src, tmp_path, "k72_oob")), "wrong", "past the end")
+    _assert(_verdict(capsys, lesson07_exercises.check_7_2, _kernel(src, tmp_path, "k72_oob")), "wrong", "past the end")
 
 
 def test_checker_7_2_no_store_and_nan_results_are_told_apart(capsys, tmp_path):
     no_store = RIGHT_72.replace("    tl.store(out_ptr", "    if seq < 0:\n        tl.store(out_ptr")
     _assert(
-        _verdict(capsys, lesson07.check_7_2, _kernel(no_store, tmp_path, "k72_nostore")), "wrong", "nothing was stored"
+        _verdict(capsys, lesson07_exercises.check_7_2, _kernel(no_store, tmp_path, "k72_nostore")),
+        "wrong",
+        "nothing was stored",
     )
     nan_out = RIGHT_72.replace("    o = acc / l_i[:, None]", "    o = acc / (l_i[:, None] * 0.0)  * 0.0")
-    line = _verdict(capsys, lesson07.check_7_2, _kernel(nan_out, tmp_path, "k72_nan"))
+    line = _verdict(capsys, lesson07_exercises.check_7_2, _kernel(nan_out, tmp_path, "k72_nan"))
     _assert(line, "wrong", "NaN")
     assert "nothing was stored" not in line
 
 
 def test_checker_7_2_not_a_kernel(capsys):
-    _assert(_verdict(capsys, lesson07.check_7_2, lambda *a: None), "wrong", "@triton.jit")
+    _assert(_verdict(capsys, lesson07_exercises.check_7_2, lambda *a: None), "wrong", "@triton.jit")
 
 
 # ---- 7.3: combine ------------------------------------------------------------------------------------
@@ -828,19 +835,19 @@ WRONG_7_3 = {
 
 
 def test_checker_7_3_right(capsys):
-    _assert(_verdict(capsys, lesson07.check_7_3, combine_answer), "correct")
+    _assert(_verdict(capsys, lesson07_exercises.check_7_3, combine_answer), "correct")
 
 
 def test_checker_7_3_untouched_template(capsys):
     ns = {}
     exec(_notebook_code("def combine"), ns)
-    _assert(_verdict(capsys, lesson07.check_7_3, ns["combine"]), "not yet")
+    _assert(_verdict(capsys, lesson07_exercises.check_7_3, ns["combine"]), "not yet")
 
 
 @pytest.mark.parametrize("case", WRONG_7_3, ids=list(WRONG_7_3))
 def test_checker_7_3_wrong_answers_get_hints(capsys, case):
     fn, hint = WRONG_7_3[case]
-    _assert(_verdict(capsys, lesson07.check_7_3, fn), "wrong", hint)
+    _assert(_verdict(capsys, lesson07_exercises.check_7_3, fn), "wrong", hint)
 
 
 def test_checker_7_3_other_wrong_answers(capsys):
@@ -848,6 +855,6 @@ def test_checker_7_3_other_wrong_answers(capsys):
         lp.sub_(1.0)
         return combine_answer(o, lp + 1.0)
 
-    _assert(_verdict(capsys, lesson07.check_7_3, in_place), "wrong", "modified")
-    _assert(_verdict(capsys, lesson07.check_7_3, lambda o, lp: combine_answer(o, lp)[0]), "wrong", "pair")
-    _assert(_verdict(capsys, lesson07.check_7_3, lambda o, lp: (o[0], lp[0])), "wrong")
+    _assert(_verdict(capsys, lesson07_exercises.check_7_3, in_place), "wrong", "modified")
+    _assert(_verdict(capsys, lesson07_exercises.check_7_3, lambda o, lp: combine_answer(o, lp)[0]), "wrong", "pair")
+    _assert(_verdict(capsys, lesson07_exercises.check_7_3, lambda o, lp: (o[0], lp[0])), "wrong")

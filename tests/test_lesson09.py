@@ -15,7 +15,7 @@ import triton.language as tl
 from checking import _raises, _untouched, status, variant, verdict
 
 import helpers  # noqa: F401  (first: interpreter or GPU)
-from helpers import lesson09
+from helpers import lesson09, lesson09_exercises
 
 # --------------------------------------------------------------------------------------------
 # Keys, correctness, frequencies
@@ -124,17 +124,19 @@ WRONG_9_1 = {
 
 
 def test_checker_9_1_contract(capsys):
-    assert status(verdict(capsys, lesson09.check_9_1, merge_solution)).startswith("correct")
-    assert status(verdict(capsys, lesson09.check_9_1, lesson09.merge_answer)).startswith("correct")
-    assert status(verdict(capsys, lesson09.check_9_1, _untouched)).startswith("not yet")
-    assert status(verdict(capsys, lesson09.check_9_1, None)).startswith("not yet")
-    assert status(verdict(capsys, lesson09.check_9_1, _raises)).startswith("wrong: your code raised ZeroDivisionError")
-    assert status(verdict(capsys, lesson09.check_9_1, lambda a, b, k: None)).startswith("wrong")
+    assert status(verdict(capsys, lesson09_exercises.check_9_1, merge_solution)).startswith("correct")
+    assert status(verdict(capsys, lesson09_exercises.check_9_1, lesson09_exercises.merge_answer)).startswith("correct")
+    assert status(verdict(capsys, lesson09_exercises.check_9_1, _untouched)).startswith("not yet")
+    assert status(verdict(capsys, lesson09_exercises.check_9_1, None)).startswith("not yet")
+    assert status(verdict(capsys, lesson09_exercises.check_9_1, _raises)).startswith(
+        "wrong: your code raised ZeroDivisionError"
+    )
+    assert status(verdict(capsys, lesson09_exercises.check_9_1, lambda a, b, k: None)).startswith("wrong")
 
 
 @pytest.mark.parametrize("hint", list(WRONG_9_1))
 def test_checker_9_1_wrong_answers(capsys, hint):
-    line = verdict(capsys, lesson09.check_9_1, WRONG_9_1[hint])
+    line = verdict(capsys, lesson09_exercises.check_9_1, WRONG_9_1[hint])
     assert status(line).startswith("wrong") and hint in line, line
 
 
@@ -143,7 +145,7 @@ def test_checker_9_1_sees_a_modified_input(capsys):
         a[2][0] = 0.0
         return merge_solution(a, b, k)
 
-    assert "changed its inputs" in verdict(capsys, lesson09.check_9_1, in_place)
+    assert "changed its inputs" in verdict(capsys, lesson09_exercises.check_9_1, in_place)
 
 
 # --------------------------------------------------------------------------------------------
@@ -259,17 +261,19 @@ def step_not_a_kernel(out_ptr, logits_ptr, u_ptr, row_stride, k, top_p, inv_temp
     ],
 )
 def test_checker_9_2(capsys, kernel, expected, words):
-    line = verdict(capsys, lesson09.check_9_2, kernel)
+    line = verdict(capsys, lesson09_exercises.check_9_2, kernel)
     assert status(line).startswith(expected), line
     assert words in line, line
 
 
 def test_every_mistake_of_9_2_changes_some_position():
-    u = lesson09._uniforms()
-    for mistake in lesson09.HINTS_9_2:
+    u = lesson09_exercises._uniforms()
+    for mistake in lesson09_exercises.HINTS_9_2:
         assert any(
-            not torch.equal(lesson09.positions(v, k, p, t, u), lesson09.positions(v, k, p, t, u, mistake))
-            for v, k, p, t in lesson09.CASES_9_2
+            not torch.equal(
+                lesson09_exercises.positions(v, k, p, t, u), lesson09_exercises.positions(v, k, p, t, u, mistake)
+            )
+            for v, k, p, t in lesson09_exercises.CASES_9_2
         ), mistake
 
 
@@ -290,8 +294,8 @@ def test_the_notebooks_solutions_are_correct(capsys, tmp_path, monkeypatch):
     (tmp_path / "lesson09_solutions.py").write_text(header + "\n\n".join(blocks))  # Triton reads kernels' source
     monkeypatch.syspath_prepend(str(tmp_path))
     sol = importlib.import_module("lesson09_solutions")
-    assert status(verdict(capsys, lesson09.check_9_1, sol.merge)).startswith("correct")
-    assert status(verdict(capsys, lesson09.check_9_2, sol.sample_step_kernel)).startswith("correct")
+    assert status(verdict(capsys, lesson09_exercises.check_9_1, sol.merge)).startswith("correct")
+    assert status(verdict(capsys, lesson09_exercises.check_9_2, sol.sample_step_kernel)).startswith("correct")
 
 
 # --------------------------------------------------------------------------------------------
@@ -367,8 +371,8 @@ def test_no_answer_on_screen_before_its_checker():
     nb = json.loads((Path(__file__).resolve().parent.parent / "notebooks" / "09_vocab_sampling.ipynb").read_text())
     code = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
     answers = {
-        "lesson09.check_9_1(": ("exp(m_a - m)", "torch.cat([v_a, v_b])", "d_s * tl.exp(m_s - m)"),
-        "lesson09.check_9_2(": ("incl - q < top_p", "u * kept", "tl.cumsum("),
+        "lesson09_exercises.check_9_1(": ("exp(m_a - m)", "torch.cat([v_a, v_b])", "d_s * tl.exp(m_s - m)"),
+        "lesson09_exercises.check_9_2(": ("incl - q < top_p", "u * kept", "tl.cumsum("),
     }
     for checker, lines in answers.items():
         at = next(i for i, c in enumerate(code) if checker in c)

@@ -18,7 +18,7 @@ import triton.language as tl
 from checking import variant
 
 import helpers  # noqa: F401  (first: interpreter or GPU)
-from helpers import exercises, lesson03
+from helpers import exercises, lesson03_exercises
 from helpers.mode import ON_GPU
 
 pytestmark = pytest.mark.skipif(not ON_GPU, reason="a GPU's illegal-address fault and its CUDA context")
@@ -79,7 +79,7 @@ def parent_context_alive() -> str:
 def through_checker(kernel) -> str:
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        lesson03.check_3_3(kernel)
+        lesson03_exercises.check_3_3(kernel)
     return buf.getvalue().strip()
 
 
