@@ -25,7 +25,7 @@ from .reference import (
 from .device import gpu_props, occupancy
 
 if HAS_TRITON:
-    from .launch import INTERPRETER_PROGRAMS, MAX_FUSED_COLS, num_warps_for
+    from .rowwise import INTERPRETER_PROGRAMS, MAX_FUSED_COLS, num_warps_for
     from .kernels import (
         softmax,
         softmax_fused,

@@ -11,8 +11,8 @@ from matplotlib.patches import Rectangle
 from . import data, plots
 from .gpu_data import LESSON_GPU
 from .kernels import num_warps_for, softmax_fused_kernel
-from .launch import acc_dtype
 from .measure import DTYPES, eager_ms, gpu_ms, require_gpu
+from .rowwise import acc_dtype
 
 BANDWIDTH_PROVIDERS = ("copy", "torch_naive", "torch_softmax", "fused")  # plot_bandwidth's lines
 

@@ -17,9 +17,9 @@ from . import kernels as K
 from .device import api_occupancy, gpu_props, occupancy
 from .gpu_data import device_props, provenance
 from .kernels import persistent_plan, softmax_persistent, softmax_persistent_kernel
-from .launch import Rows, acc_dtype
 from .measure import DTYPES, device_facts, eager_ms, gpu_ms, host_us, require_gpu
 from .plots import label, set_n_axis
+from .rowwise import Rows, acc_dtype
 from .triton_compat import raw_launcher, raw_stream
 
 PEERS = ("torch_softmax", "torch_compile", "triton_tutorial", "liger")

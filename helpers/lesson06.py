@@ -18,9 +18,9 @@ from .kernels import (
     softmax_split_coop_kernel,
     softmax_split_stats_kernel,
 )
-from .launch import check_positive_int
 from .measure import DTYPES, measure_shape, providers, require_gpu
 from .mode import DEVICE, ON_GPU
+from .rowwise import check_positive_int
 
 #: The long-row shapes of the course's benchmark, and its held-out one (no configuration tuned on it).
 LONG_SHAPES = ((1024, 65536), (256, 131072), (64, 262144), (8, 1048576))

@@ -154,6 +154,7 @@ def require_kernels(what: str = "This lesson") -> None:
 KERNEL_MODULES = (
     "helpers.launch",
     "helpers.triton_compat",
+    "helpers.rowwise",
     "helpers.kernels",
     "helpers.ops",
     "helpers.measure",

@@ -479,7 +479,7 @@ def test_library_module_matches_the_notebook():
 
 def test_exported_names():
     assert helpers.attention is A.attention and "attention" in helpers.__all__
-    assert A.HEAD_DIMS == (16, 32, 64, 128)
+    assert helpers.kernels.attention_checks.HEAD_DIMS == (16, 32, 64, 128)
 
 
 # --------------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ import torch
 from compiling import compile_report
 
 import helpers
+import helpers.rowwise
 from helpers import gpu_data, lesson08
 from helpers.kernels import dispatch
 from helpers.kernels.backward import (
@@ -128,7 +129,8 @@ def test_long_rows_are_split_across_programs():
     assert_backward_ok(helpers.softmax_backward(y, dy), y, dy)
     y, dy = pair((2, 64))
     assert (
-        backward_plan(helpers.launch.Rows.of(y, dy)).launches[0].kernel is helpers.kernels.softmax_backward_tiled_kernel
+        backward_plan(helpers.rowwise.Rows.of(y, dy)).launches[0].kernel
+        is helpers.kernels.softmax_backward_tiled_kernel
     )
 
 
@@ -157,7 +159,7 @@ def test_the_tile_rule_and_its_exceptions():
             assert not backward_splits_few_rows(1, n, size, 132)
     assert not backward_splits_few_rows(4096, 32768, 4, 132)
     y, dy = pair((8, 32000), scale=1.0)
-    plan = backward_plan(helpers.launch.Rows.of(y, dy))
+    plan = backward_plan(helpers.rowwise.Rows.of(y, dy))
     if helpers.ON_GPU:  # 8 rows x 8 slices <= the SMs of any GPU the course runs on
         assert plan.launches[0].kernel is helpers.kernels.softmax_backward_coop_kernel
     else:  # the interpreter keeps the tiled kernel (the split would hand over to the looped one)

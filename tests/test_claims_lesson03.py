@@ -151,7 +151,7 @@ def test_the_core_uses_only_what_lessons_01_to_03_taught():
     for name in (
         "Plan",
         "Launch",
-        "RowSoftmax",
+        "RowWise",
         "ncu",
         "online",
         "persistent",

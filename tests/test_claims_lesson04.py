@@ -119,7 +119,7 @@ def test_the_crosscheck_with_the_sweep():
 
 
 def test_the_cache_model(table, props):
-    from helpers.launch import check_block_size, num_warps_for
+    from helpers.rowwise import check_block_size, num_warps_for
 
     model = table[["three_pass", "online"]].reset_index()
     model["num_warps"] = [num_warps_for(check_block_size(n, None, "model")) for n in model["N"]]
@@ -203,10 +203,10 @@ def test_the_lesson_uses_no_later_lesson():
     plainly, not through the library's wrapper (which the deep dive exports)."""
     code = "\n".join("".join(c["source"]) for c in notebook(L)["cells"] if c["cell_type"] == "code")
     assert "persistent_programs" not in code and "Little" not in prose(L)
-    for wrapper in ("RowSoftmax", "Plan(", "looped_plan", "helpers.softmax_online", "helpers.softmax_three_pass"):
+    for wrapper in ("RowWise", "Plan(", "looped_plan", "helpers.softmax_online", "helpers.softmax_three_pass"):
         assert wrapper not in code, wrapper
     assert "kernel[(M,)](y, x," in code_cell_with(L, "def softmax_looped")
-    assert "RowSoftmax(looped_plan" in code_cell_with(D, "def looped_plan")
+    assert "RowWise(looped_plan" in code_cell_with(D, "def looped_plan")
     assert "Little's law" in prose(D)
 
 

@@ -168,7 +168,7 @@ def test_the_teaching_kernels_are_launched_plainly():
     cell = code_cell_with("09", "def softmax_topk_two_kernels(")
     assert "topk_slice_kernel[(M, S)](" in cell and "topk_merge_kernel[(M,)](" in cell
     lesson = "\n".join(code_cell_with("09", p) for p in ("def topk_slice_kernel(", "def topk_merge_kernel(")) + cell
-    for word in ("launch.", "Launch(", "_runner", "_cached", "RowSoftmax", "direct_launcher"):
+    for word in ("launch.", "Launch(", "Plan(", "runner(", "Cache(", "RowWise"):
         assert word not in lesson, word
 
 
@@ -424,7 +424,7 @@ def test_the_search_for_t_counts():
     assert all(round(float(g[0])) == 6 for g in got) and max(g[2] for g in got) <= 66  # "about 6", at most `stop`
     from helpers.kernels.topk_lanes import lane_launches
 
-    launches, _ = lane_launches(torch.empty(2, 32000), 64, 50)  # K = 64 for k = 50
+    launches = lane_launches(torch.empty(2, 32000), 64, 50).launches  # K = 64 for k = 50
     stop = launches[1].args[-2]  # the merge's stop, before n_real
     assert inspect.signature(ns["search"]).parameters["stop"].default == stop  # the cell replays the kernel's
     quotes(cell_with("09d", "So the search stops as soon as"), f"({stop} for $k$ = 50)", "{}")

@@ -430,7 +430,7 @@ def test_single_block_kernels_reject_long_rows_before_launch(name, kernel_attr, 
 def test_single_block_kernels_accept_rows_at_the_limit_edge(name):
     """A row of exactly MAX_FUSED_COLS passes the check: the plan is made, with one launch of the
     whole row in one block (the launch itself would be too slow for the interpreter)."""
-    from helpers.launch import Rows
+    from helpers.rowwise import Rows
 
     x = torch.zeros(2, MAX_FUSED_COLS, device=DEVICE)
     plan = K.persistent_plan(Rows.of(x), 2) if name == "persistent" else K.fused_plan(Rows.of(x))
@@ -477,7 +477,7 @@ def test_persistent_plan_drops_its_staging_when_a_row_does_not_fit_in_shared_mem
     from triton.runtime.errors import OutOfResources
 
     import helpers.kernels.persistent as P
-    from helpers.launch import Rows
+    from helpers.rowwise import Rows
 
     compiled = []
 

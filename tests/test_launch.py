@@ -7,8 +7,9 @@ import torch
 
 import helpers
 from helpers import kernels as K
-from helpers.launch import DIRECT, Rows, RowSoftmax
+from helpers.launch import DIRECT
 from helpers.mode import DEVICE
+from helpers.rowwise import Rows, RowWise
 
 
 def wrapper(name):
@@ -279,7 +280,7 @@ def test_a_plan_function_sees_rows_and_options():
         seen.append((rows.n_rows, rows.n_cols, scale))
         return K.fused_plan(rows)
 
-    w = RowSoftmax(plan, "probe")
+    w = RowWise(plan, "probe")
     x = randn(3, 5)
     w(x, 2)
     w(x, 2)
@@ -306,9 +307,29 @@ def test_a_refused_launch_uses_the_plans_fallback():
             raise TypeError("no compiled kernel: use the JIT path")  # the direct path steps aside
 
     x = randn(4, 9)
-    with_fallback = RowSoftmax(lambda rows: Plan([Launch(Refused(), (1,))], fallback=helpers.softmax_online), "f")
+    with_fallback = RowWise(lambda rows: Plan([Launch(Refused(), (1,))], fallback=helpers.softmax_online), "f")
     assert_softmax(with_fallback(x), x)
     assert_softmax(with_fallback(x), x)  # the cached entry is the fallback
-    without = RowSoftmax(lambda rows: Plan([Launch(Refused(), (1,))]), "g")
+    without = RowWise(lambda rows: Plan([Launch(Refused(), (1,))]), "g")
     with pytest.raises(RuntimeError, match="cooperative"):
         without(x)
+
+
+def test_the_keys_written_out_in_line_are_tensor_keys():
+    """RowWise, RowWisePair and attention write launch.tensor_key out in line (for host time): the entries they
+    keep are keyed by exactly tensor_key of their inputs and their options."""
+    import sys
+
+    from helpers.kernels import backward
+    from helpers.launch import tensor_key
+
+    A = sys.modules["helpers.kernels.attention"]
+    x, y = randn(6, 40, seed=5), randn(6, 40, seed=6)[:, ::2]
+    for w, inputs in ((wrapper("fused"), (x,)), (backward._backward_looped, (x[:, :20], y))):
+        w.cache.clear()
+        w(*inputs)
+        assert list(w.cache) == [(*tensor_key(*inputs), ())]
+    q, k, v = (randn(1, 2, 9, 16, seed=s) for s in range(3))
+    A._ATTENTION.clear()
+    helpers.attention(q, k, v, causal=True)
+    assert list(A._ATTENTION) == [(*tensor_key(q, k, v), bool, True, type(None), None, bool, False)]

@@ -117,7 +117,7 @@ def test_traffic_of_the_looped_kernels():
 
 def test_the_lessons_plain_launch_agrees_with_the_library():
     """The lesson launches its two kernels plainly (its `softmax_looped` cell); the library wraps the same kernels
-    (the deep dive's `looped_plan` and `RowSoftmax`). On the same inputs and blocks they write the same values,
+    (the deep dive's `looped_plan` and `RowWise`). On the same inputs and blocks they write the same values,
     strided views and -inf prefixes included."""
     from claims import code_cell_with
 

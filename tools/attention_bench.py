@@ -43,7 +43,14 @@ import torch.nn.functional as F
 
 import helpers  # noqa: E402,F401  (first: interpreter or GPU)
 from helpers.gpu_data import provenance, write_csv
-from helpers.kernels.attention import AttentionConfig, TmaConfig, attention, attention_call, attention_plan, naive_attention
+from helpers.kernels.attention import (
+    AttentionConfig,
+    TmaConfig,
+    attention,
+    attention_call,
+    attention_plan,
+    naive_attention,
+)
 from helpers.measure import eager_ms, exit_without_gpu, gpu_ms, median, peak_mib, spread
 from helpers.mode import ON_GPU
 

@@ -21,8 +21,9 @@ plumbing they share (validation, the per-key plan cache, the direct launch) is `
 """
 
 from ..device import gpu_props, occupancy
-from ..launch import INTERPRETER_PROGRAMS, MAX_FUSED_COLS, acc_dtype, num_warps_for
-from .attention import HEAD_DIMS, attention, attention_plan, naive_attention  # noqa: E402  (lesson 07)
+from ..rowwise import INTERPRETER_PROGRAMS, MAX_FUSED_COLS, acc_dtype, num_warps_for
+from .attention import attention, attention_plan, naive_attention  # noqa: E402  (lesson 07)
+from .attention_checks import HEAD_DIMS  # noqa: E402
 from .backward import (
     BACKWARD_TILED_MAX_COLS,
     backward_coop_plan,

@@ -9,7 +9,7 @@ import triton
 import triton.language as tl
 
 from helpers import launch
-from helpers.mode import DEVICE, INTERPRETER
+from helpers.mode import INTERPRETER
 
 
 def naive_attention(q, k, v, causal=False, scale=None):
@@ -219,8 +219,8 @@ def attention_fwd_tma_kernel(
         tl.store(lse_ptr + row0 + offs_m, (m_i + tl.log2(l_i)) * 0.6931471805599453, mask=offs_m < seq_q)
 
 
-#: Head dims the kernel takes: tl.arange needs a power of two, and tl.dot at least 16.
-HEAD_DIMS = (16, 32, 64, 128)
+from helpers.kernels.attention_checks import check_attention_inputs  # (the cell above)
+
 LOG2E = 1.4426950408889634  # e^x = 2^(x * log2 e)
 _TL = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float32: tl.float32}
 _MAX_GRID = 65535  # the most batch elements (Z) and heads (H) the leading dims are split into
@@ -349,65 +349,6 @@ def _set_tma_allocator():
         triton.set_allocator(_tma_scratch)
 
 
-def check_attention_inputs(q, k, v, causal=False, scale=None, return_lse=False):
-    """Raise a clear error unless attention(q, k, v, ...) can run these inputs."""
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"attention: {name} must be a torch.Tensor, got {type(t).__name__}: "
-                            f"wrap your data with torch.tensor(...) first.")
-        if t.dtype == torch.float64:
-            raise TypeError(f"attention: {name} is float64, which the kernel does not take (tl.dot multiplies "
-                            f"float16, bfloat16 or float32): convert it with {name}.float(); for a float64 "
-                            f"reference use torch.nn.functional.scaled_dot_product_attention.")
-        if t.dtype not in _TL:
-            raise TypeError(f"attention: {name} has dtype {t.dtype}, but attention needs float16, bfloat16 or "
-                            f"float32: convert it with {name}.half(), {name}.bfloat16() or {name}.float().")
-        if t.layout != torch.strided:
-            raise TypeError(f"attention: {name} is a {t.layout} tensor; the kernel reads dense ones: use {name}.to_dense().")
-        if t.dim() < 2:
-            raise ValueError(f"attention: {name} must have at least 2 dimensions (..., seq, head_dim), got "
-                             f"shape {tuple(t.shape)}: add one with {name}.unsqueeze(0).")
-    if not q.dtype == k.dtype == v.dtype:
-        raise TypeError(f"attention: q, k and v must have one dtype, got {q.dtype}, {k.dtype} and {v.dtype}: "
-                        f"convert them, e.g. k.to(q.dtype).")
-    if not q.device == k.device == v.device:
-        raise ValueError(f"attention: q, k and v must be on one device, got {q.device}, {k.device} and {v.device}: "
-                         f"move them with .to(q.device).")
-    if q.device.type != DEVICE.type:
-        fix = ("move them with .to('cuda') (or .to(helpers.DEVICE))" if DEVICE.type == "cuda" else
-               "there is no GPU in this run, so the kernels run in Triton's interpreter on the CPU: "
-               "move them with .cpu() (or .to(helpers.DEVICE))")
-        raise ValueError(f"attention: q, k and v are on device '{q.device}', but the kernels run on '{DEVICE}': {fix}.")
-    d = q.shape[-1]
-    if not d == k.shape[-1] == v.shape[-1]:
-        raise ValueError(f"attention: q, k and v must have the same head dim (last dimension), got {d}, "
-                         f"{k.shape[-1]} and {v.shape[-1]}: this kernel keeps one tile width for all three.")
-    if d not in HEAD_DIMS:
-        up = next((h for h in HEAD_DIMS if h > d), None)
-        how = (f"pad q, k and v with zeros up to {up} (torch.nn.functional.pad(x, (0, {up - d}))), pass "
-               f"scale={1 / math.sqrt(d):.6g} (1/sqrt({d})), and keep the first {d} output columns" if up else
-               "split the heads, or use torch.nn.functional.scaled_dot_product_attention")
-        raise ValueError(f"attention: head dim {d} is not supported; the kernel takes head dims {HEAD_DIMS}: {how}.")
-    if k.shape[-2] != v.shape[-2]:
-        raise ValueError(f"attention: k and v must hold the same number of keys (dimension -2), got "
-                         f"{k.shape[-2]} and {v.shape[-2]}.")
-    if not q.shape[:-2] == k.shape[:-2] == v.shape[:-2]:
-        raise ValueError(f"attention: q, k and v must have the same leading dimensions (batch, heads, ...), got "
-                         f"{tuple(q.shape[:-2])}, {tuple(k.shape[:-2])} and {tuple(v.shape[:-2])}: nothing is "
-                         f"broadcast; expand them first, e.g. k.expand(*q.shape[:-2], *k.shape[-2:]) (no copy).")
-    if not isinstance(causal, bool):
-        raise TypeError(f"attention: causal must be True or False, got {causal!r}.")
-    if causal and q.shape[-2] != k.shape[-2]:
-        raise ValueError(f"attention: causal=True needs as many queries as keys, got {q.shape[-2]} queries and "
-                         f"{k.shape[-2]} keys. (PyTorch's is_causal then aligns the mask to the top-left corner, "
-                         f"rarely what a decoder wants.) Build the mask you mean and call "
-                         f"torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask).")
-    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale)):
-        raise ValueError(f"attention: scale must be a finite number, or None for 1/sqrt(head_dim), got {scale!r}.")
-    if not isinstance(return_lse, bool):
-        raise TypeError(f"attention: return_lse must be True or False, got {return_lse!r}.")
-
-
 def _group_stride(shape, strides):
     """The single stride of dims that merge into one index (None when they do not)."""
     dims = [(n, s) for n, s in zip(shape, strides) if n != 1]
@@ -510,8 +451,10 @@ def attention_call(plan, q, k, v):
     run = launch.runner(plan, ("out", "lse", "q", "k", "v"), (*outputs(q), *inputs(q, k, v)))
 
     def call(q, k, v):
+        if copy:
+            q, k, v = inputs(q, k, v)
         out, lse = outputs(q)
-        run(out, lse, *inputs(q, k, v))
+        run(out, lse, q, k, v)
         return (out, lse) if write_lse else out
 
     return call
@@ -531,8 +474,11 @@ def attention(q, k, v, *, causal=False, scale=None, return_lse=False):
     return_lse=True it returns (out, lse): lse (..., Sq), float32, the natural-log log-sum-exp of each
     query's scaled scores. The inputs are never modified."""
     key = None
-    try:
-        key = (*launch.tensor_key(q, k, v), type(causal), causal, type(scale), scale, type(return_lse), return_lse)
+    try:  # (*launch.tensor_key(q, k, v), options), written out: most of a known kind's host time is this line
+        key = (q.dtype, q.shape, q.stride(), q.device, not q.data_ptr() & 15,
+               k.dtype, k.shape, k.stride(), k.device, not k.data_ptr() & 15,
+               v.dtype, v.shape, v.stride(), v.device, not v.data_ptr() & 15,
+               type(causal), causal, type(scale), scale, type(return_lse), return_lse)
         call = _ATTENTION[key]
     except Exception:  # a new kind of input (or no tensors at all): attention_plan checks them
         return _ATTENTION.first_call(

@@ -66,8 +66,9 @@ import torch
 from helpers.checks import check_tensor
 from helpers.device import compiled_occupancy, sm_count
 from helpers.kernels.split import MAX_SPIN, resident_rows_per_round, wait_for_row  # lesson 06's deep dive
-from helpers.launch import IN, IN2, OUT, WS, Launch, Plan, RowSoftmax2, acc_dtype, check_block_size, check_positive_int
+from helpers.launch import Launch, Plan
 from helpers.mode import ON_GPU
+from helpers.rowwise import IN, IN2, OUT, WS, RowWisePair, acc_dtype, check_block_size, check_positive_int
 
 
 @triton.jit
@@ -257,10 +258,10 @@ def backward_plan(rows):
     return backward_tiled_plan(rows)
 
 
-_backward = RowSoftmax2(backward_plan, "softmax_backward", check_backward_inputs)
-_backward_tiled = RowSoftmax2(backward_tiled_plan, "softmax_backward_tiled", check_backward_inputs)
-_backward_looped = RowSoftmax2(backward_looped_plan, "softmax_backward_looped", check_backward_inputs)
-_backward_coop = RowSoftmax2(backward_coop_plan, "softmax_backward_coop", check_backward_inputs)
+_backward = RowWisePair(backward_plan, "softmax_backward", check_backward_inputs)
+_backward_tiled = RowWisePair(backward_tiled_plan, "softmax_backward_tiled", check_backward_inputs)
+_backward_looped = RowWisePair(backward_looped_plan, "softmax_backward_looped", check_backward_inputs)
+_backward_coop = RowWisePair(backward_coop_plan, "softmax_backward_coop", check_backward_inputs)
 
 
 def softmax_backward(y, dy):

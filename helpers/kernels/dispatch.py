@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 
 from ..checks import check_tensor
-from ..launch import RowSoftmax
+from ..rowwise import RowWise
 from .backward import softmax_backward
 from .persistent import tiled_plan
 from .split import coop_plan
@@ -36,7 +36,7 @@ def softmax_plan(rows):
     return coop_plan(rows)
 
 
-_softmax = RowSoftmax(softmax_plan, "softmax")
+_softmax = RowWise(softmax_plan, "softmax")
 _is_compiling = torch.compiler.is_compiling
 _grad_enabled = torch.is_grad_enabled
 

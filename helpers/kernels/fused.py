@@ -29,7 +29,8 @@ def softmax_fused_kernel(
     tl.store(out_ptr + row * out_row_stride + cols, y, mask=mask)
 
 
-from helpers.launch import Launch, Plan, RowSoftmax, acc_dtype, check_fused_len, num_warps_for
+from helpers.launch import Launch, Plan
+from helpers.rowwise import RowWise, acc_dtype, check_fused_len, num_warps_for
 
 
 def fused_plan(rows):
@@ -46,6 +47,6 @@ def fused_plan(rows):
     )])
 
 
-# softmax_fused(x): softmax over the last dimension, one program per row. RowSoftmax checks x, works
+# softmax_fused(x): softmax over the last dimension, one program per row. RowWise checks x, works
 # out the plan once per kind of tensor (dtype, shape, strides, device) and launches the kernel.
-softmax_fused = RowSoftmax(fused_plan, "softmax_fused")
+softmax_fused = RowWise(fused_plan, "softmax_fused")

@@ -70,7 +70,8 @@ def softmax_online_kernel(
         tl.store(out_start + offs, tl.exp(x - m) / d, mask=mask)
 
 
-from helpers.launch import Launch, Plan, RowSoftmax, acc_dtype, check_block_size, num_warps_for
+from helpers.launch import Launch, Plan
+from helpers.rowwise import RowWise, acc_dtype, check_block_size, num_warps_for
 
 
 def looped_plan(kernel, name):
@@ -88,8 +89,8 @@ def looped_plan(kernel, name):
     return plan
 
 
-_three_pass = RowSoftmax(looped_plan(softmax_three_pass_kernel, "softmax_three_pass"), "softmax_three_pass")
-_online = RowSoftmax(looped_plan(softmax_online_kernel, "softmax_online"), "softmax_online")
+_three_pass = RowWise(looped_plan(softmax_three_pass_kernel, "softmax_three_pass"), "softmax_three_pass")
+_online = RowWise(looped_plan(softmax_online_kernel, "softmax_online"), "softmax_online")
 
 
 def softmax_three_pass(x, block_size=None):

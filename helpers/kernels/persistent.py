@@ -60,17 +60,9 @@ def softmax_tiled_kernel(
 from triton.runtime.errors import OutOfResources
 
 from helpers.device import compiled_occupancy, sm_count
-from helpers.launch import (
-    INTERPRETER_PROGRAMS,
-    Launch,
-    Plan,
-    RowSoftmax,
-    acc_dtype,
-    check_fused_len,
-    check_positive_int,
-    num_warps_for,
-)
+from helpers.launch import Launch, Plan
 from helpers.mode import ON_GPU
+from helpers.rowwise import INTERPRETER_PROGRAMS, RowWise, acc_dtype, check_fused_len, check_positive_int, num_warps_for
 from helpers.tuning import TiledConfig, tiled_config
 
 
@@ -109,7 +101,7 @@ def persistent_plan(rows, num_programs=None, num_warps=None, num_stages=2):
     return Plan([launch], info=info)
 
 
-_persistent = RowSoftmax(persistent_plan, "softmax_persistent")
+_persistent = RowWise(persistent_plan, "softmax_persistent")
 
 
 def softmax_persistent(x, num_programs=None, num_warps=None, num_stages=2):
@@ -148,7 +140,7 @@ def tiled_plan(rows, block_m=None, num_warps=None, num_stages=None, programs_per
     )], info={"config": cfg})
 
 
-_tiled = RowSoftmax(tiled_plan, "softmax_tiled")
+_tiled = RowWise(tiled_plan, "softmax_tiled")
 
 
 def softmax_tiled(x, block_m=None, num_warps=None, num_stages=None, programs_per_sm=None):

@@ -63,8 +63,9 @@ import torch
 
 from helpers.device import compiled_occupancy, sm_count
 from helpers.kernels.online import softmax_online
-from helpers.launch import IN, OUT, WS, Launch, Plan, RowSoftmax, check_block_size, check_positive_int, num_warps_for
+from helpers.launch import Launch, Plan
 from helpers.mode import ON_GPU
+from helpers.rowwise import IN, OUT, WS, RowWise, check_block_size, check_positive_int, num_warps_for
 from helpers.tuning import coop_config
 
 
@@ -109,7 +110,7 @@ def two_launch_plan(rows, slices=None, block_size=None):
     )
 
 
-_split = RowSoftmax(two_launch_plan, "softmax_split")
+_split = RowWise(two_launch_plan, "softmax_split")
 
 
 def softmax_split(x, slices=None, block_size=None):
@@ -285,7 +286,7 @@ def coop_plan(rows, slice_cols=None, num_warps=None):
     )
 
 
-_split_coop = RowSoftmax(coop_plan, "softmax_split_coop")
+_split_coop = RowWise(coop_plan, "softmax_split_coop")
 
 
 def softmax_split_coop(x, slice_cols=None, num_warps=None):
