@@ -88,3 +88,15 @@ def variant(kernel, name: str, changes: dict, folder=None):
     names = {k: v for k, v in kernel.fn.__globals__.items() if not k.startswith("__")}
     module = module_from("import triton\nimport triton.language as tl\n\n\n" + src + "\n", name, folder, names)
     return getattr(module, name)
+
+
+def assert_figure(draw) -> None:
+    """``draw()`` returns a matplotlib figure with axes; the figure is closed, whether or not it does."""
+    import matplotlib.figure
+    import matplotlib.pyplot as plt
+
+    fig = draw()
+    try:
+        assert isinstance(fig, matplotlib.figure.Figure) and fig.axes
+    finally:
+        plt.close(fig)

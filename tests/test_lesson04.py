@@ -15,7 +15,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from checking import assert_checker_contract, status, verdict
+from checking import assert_checker_contract, assert_figure, status, verdict
 
 import helpers
 from helpers import data, lesson04
@@ -161,11 +161,7 @@ def test_rows_grow_recording_has_what_the_lesson_reads():
 
 @pytest.mark.parametrize("name", sorted(lesson04.FIGURES))
 def test_figures_are_figures(name):
-    fig = lesson04.FIGURES[name]()
-    try:
-        assert isinstance(fig, matplotlib.figure.Figure) and fig.axes
-    finally:
-        matplotlib.pyplot.close(fig)
+    assert_figure(lesson04.FIGURES[name])
 
 
 def test_figures_draw_given_data():

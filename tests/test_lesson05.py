@@ -13,7 +13,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from checking import assert_checker_contract, status, variant, verdict
+from checking import assert_checker_contract, assert_figure, status, variant, verdict
 
 import helpers
 from helpers import data, lesson05
@@ -156,11 +156,7 @@ FIGURES = lesson05.FIGURES
 
 @pytest.mark.parametrize("name", sorted(FIGURES))
 def test_figures_are_figures(name):
-    fig = FIGURES[name]()
-    try:
-        assert isinstance(fig, matplotlib.figure.Figure) and fig.axes
-    finally:
-        matplotlib.pyplot.close(fig)
+    assert_figure(FIGURES[name])
 
 
 def test_final_figure_draws_every_peer_the_lesson_names():
