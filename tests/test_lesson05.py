@@ -13,7 +13,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from checking import assert_checker_contract, assert_figure, status, variant, verdict
+from checking import assert_checker_contract, assert_figure, assert_solutions_correct, status, variant, verdict
 
 import helpers
 from helpers import data, lesson05
@@ -429,27 +429,18 @@ def _notebook():
     )
 
 
-def _solutions() -> str:
-    import re
-
-    cells = [c for c in _notebook()["cells"] if "solution" in c.get("metadata", {}).get("tags", [])]
-    return "\n\n".join(m for c in cells for m in re.findall(r"```python\n(.*?)```", "".join(c["source"]), re.S))
-
-
-def test_the_notebooks_solutions_pass_their_checkers(tmp_path, monkeypatch, capsys):
-    import importlib
-
-    (tmp_path / "lesson05_solutions.py").write_text("import triton\nimport triton.language as tl\n\n" + _solutions())
-    monkeypatch.syspath_prepend(str(tmp_path))
-    sol = importlib.import_module("lesson05_solutions")
-    for checker, fn in (
-        (lesson05.check_5_1, sol.persistent_softmax_kernel),
-        (lesson05.check_5_2, sol.programs_by_registers),
-        (lesson05.check_5_3, sol.waves),
-        (lesson05.check_5_4, sol.binding_limit),
-    ):
-        line = verdict(capsys, checker, fn)
-        assert status(line).startswith("correct"), line
+def test_the_notebooks_solutions_pass_their_checkers(tmp_path, capsys):
+    assert_solutions_correct(
+        capsys,
+        "05",
+        tmp_path,
+        {
+            "persistent_softmax_kernel": lesson05.check_5_1,
+            "programs_by_registers": lesson05.check_5_2,
+            "waves": lesson05.check_5_3,
+            "binding_limit": lesson05.check_5_4,
+        },
+    )
 
 
 def test_no_answer_on_screen_above_its_checker():
