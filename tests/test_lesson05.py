@@ -242,31 +242,15 @@ VARIANTS_5_1 = {
     "gs_store_n_cols_stride": {STORE: STORE.replace("out_row_stride", "n_cols")},
     "gs_no_col_stride": {LOAD: LOAD.replace("cols * in_col_stride", "cols")},
     "gs_no_max_shift": {NUM: "num = tl.exp(x)"},
+    "gs_no_loop": {
+        "mask = cols < n_cols": "mask = cols < n_cols\nrow = tl.program_id(0)  # one row per program, no loop",
+        LOOP: "if row < n_rows:  # rows past the grid are never done",
+    },
+    "gs_while_stuck": {
+        LOOP: "row = tl.program_id(0)\nwhile row < n_rows:  # never advances: `row += tl.num_programs(0)` is missing"
+    },
 }
 V = {name: variant(gs_right, name, changes) for name, changes in VARIANTS_5_1.items()}
-
-
-@triton.jit
-def gs_no_loop(out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_rows, n_cols, BLOCK_SIZE: tl.constexpr):
-    cols = tl.arange(0, BLOCK_SIZE)
-    row = tl.program_id(0)  # one row per program: rows past the grid are never done
-    mask = cols < tl.where(row < n_rows, n_cols, 0)
-    x = tl.load(in_ptr + row * in_row_stride + cols * in_col_stride, mask=mask, other=-float("inf")).to(tl.float32)
-    num = tl.exp(x - tl.max(x, axis=0))
-    tl.store(out_ptr + row * out_row_stride + cols, num / tl.sum(num, axis=0), mask=mask)
-
-
-@triton.jit
-def gs_while_stuck(
-    out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_rows, n_cols, BLOCK_SIZE: tl.constexpr
-):
-    cols = tl.arange(0, BLOCK_SIZE)
-    mask = cols < n_cols
-    row = tl.program_id(0)
-    while row < n_rows:  # never advances: `row += tl.num_programs(0)` is missing
-        x = tl.load(in_ptr + row * in_row_stride + cols * in_col_stride, mask=mask, other=-float("inf")).to(tl.float32)
-        num = tl.exp(x - tl.max(x, axis=0))
-        tl.store(out_ptr + row * out_row_stride + cols, num / tl.sum(num, axis=0), mask=mask)
 
 
 def test_checker_5_1_right_and_not_yet(capsys):
@@ -284,7 +268,7 @@ STRIDE, MASK = ("row_stride",), ("mask",)  # the title says "grid-stride"
         (V["gs_from_zero"], "were never written", ()),
         (V["gs_all_rows"], "processed more than once", ()),
         (V["gs_step_one"], "processed more than once", ()),
-        (gs_no_loop, "were never written", ()),
+        (V["gs_no_loop"], "were never written", ()),
         (V["gs_no_store_mask"], "does tl.store have mask=", STRIDE),  # the out-of-bounds store
         (V["gs_no_load_mask"], "load with mask=cols < n_cols", STRIDE),
         (V["gs_other_zero"], "padding lanes loaded as -inf", STRIDE),
@@ -306,7 +290,7 @@ def test_checker_5_1_wrong_answers(wrong, hint, not_in, capsys):
 
 def test_checker_5_1_a_loop_that_never_ends(capsys, monkeypatch):
     monkeypatch.setattr(helpers.exercises, "KERNEL_TIMEOUT", 5)
-    line = verdict(capsys, lesson05.check_5_1, gs_while_stuck)
+    line = verdict(capsys, lesson05.check_5_1, V["gs_while_stuck"])
     assert status(line).startswith("wrong") and "did not finish" in line, line
 
 
