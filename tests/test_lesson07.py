@@ -578,24 +578,6 @@ WRONG_7_1 = {
 }
 
 
-def test_checker_7_1_right(capsys):
-    _assert(_verdict(capsys, lesson07.check_7_1, _ca_right), "correct")
-
-
-def test_checker_7_1_untouched_template(capsys):
-    ns = {}
-    exec(_notebook_code("def causal_attention"), ns)
-    _assert(_verdict(capsys, lesson07.check_7_1, ns["causal_attention"]), "not yet")
-    _assert(_verdict(capsys, lesson07.check_7_1, None), "not yet")
-    _assert(_verdict(capsys, lesson07.check_7_1, lambda q, k, v, s: ...), "not yet")
-
-
-@pytest.mark.parametrize("case", WRONG_7_1, ids=list(WRONG_7_1))
-def test_checker_7_1_wrong_answers_get_hints(capsys, case):
-    fn, hint = WRONG_7_1[case]
-    _assert(_verdict(capsys, lesson07.check_7_1, fn), "wrong", hint)
-
-
 def test_checker_7_1_other_wrong_answers(capsys):
     def in_place(q, k, v, scale):
         q.mul_(scale)
@@ -827,20 +809,36 @@ WRONG_7_3 = {
 }
 
 
-def test_checker_7_3_right(capsys):
-    _assert(_verdict(capsys, lesson07.check_7_3, combine_answer), "correct")
+# ---- 7.1 and 7.3: the right answer, the untouched template, the wrong answers ---------------------
+
+#: exercise -> (its checker, the right answer, the first line of the notebook's template, the wrong answers)
+PYTHON_EXERCISES = {
+    "7.1": (lesson07.check_7_1, _ca_right, "def causal_attention", WRONG_7_1),
+    "7.3": (lesson07.check_7_3, combine_answer, "def combine", WRONG_7_3),
+}
 
 
-def test_checker_7_3_untouched_template(capsys):
+@pytest.mark.parametrize("ex", PYTHON_EXERCISES)
+def test_checker_right(capsys, ex):
+    checker, right, _, _ = PYTHON_EXERCISES[ex]
+    _assert(_verdict(capsys, checker, right), "correct")
+
+
+@pytest.mark.parametrize("ex", PYTHON_EXERCISES)
+def test_checker_untouched_template(capsys, ex):
+    checker, _, template, _ = PYTHON_EXERCISES[ex]
     ns = {}
-    exec(_notebook_code("def combine"), ns)
-    _assert(_verdict(capsys, lesson07.check_7_3, ns["combine"]), "not yet")
+    exec(_notebook_code(template), ns)
+    _assert(_verdict(capsys, checker, ns[template.removeprefix("def ")]), "not yet")
+    _assert(_verdict(capsys, checker, None), "not yet")
+    _assert(_verdict(capsys, checker, lambda *args: ...), "not yet")
 
 
-@pytest.mark.parametrize("case", WRONG_7_3, ids=list(WRONG_7_3))
-def test_checker_7_3_wrong_answers_get_hints(capsys, case):
-    fn, hint = WRONG_7_3[case]
-    _assert(_verdict(capsys, lesson07.check_7_3, fn), "wrong", hint)
+@pytest.mark.parametrize("ex, case", [(ex, case) for ex, (*_, wrong) in PYTHON_EXERCISES.items() for case in wrong])
+def test_checker_wrong_answers_get_hints(capsys, ex, case):
+    checker, _, _, wrong = PYTHON_EXERCISES[ex]
+    fn, hint = wrong[case]
+    _assert(_verdict(capsys, checker, fn), "wrong", hint)
 
 
 def test_checker_7_3_other_wrong_answers(capsys):
