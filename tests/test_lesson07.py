@@ -343,14 +343,16 @@ def test_attention_rows_does_not_time_a_wrong_provider(monkeypatch):
 # --- The benchmark's logic, on the CPU with a stand-in timer ----------------------------------
 
 
-def _fake_timer(fn):
-    fn()
-    return 2.0, 1.0
+def _measure(providers, S=40, *, B=1, H=1, causal=False, timer=_fake_timer, peak=0.0, device="cpu", **kw):
+    """AB.measure_shape on a float16 shape with D = 16, its timer and memory counter stand-ins (peak: MiB)."""
+    return AB.measure_shape(
+        "float16", B, H, S, 16, causal, providers, timer=timer, peak=lambda fn: peak, device=device, **kw
+    )
 
 
 @pytest.mark.skipif(helpers.ON_GPU, reason="the harness's CPU path (a fake timer), for machines without a GPU")
 def test_measure_shape_rows_on_the_cpu():
-    rows = AB.measure_shape("float16", 1, 2, 40, 16, True, timer=_fake_timer, peak=lambda fn: 1.5, device="cpu")
+    rows = _measure(AB.PROVIDERS, H=2, causal=True, peak=1.5)
     assert [r["provider"] for r in rows] == list(AB.PROVIDERS)
     by = {r["provider"]: r for r in rows}
     for p in ("course", "sdpa", "naive"):
@@ -375,56 +377,21 @@ def test_the_head_order_provider(monkeypatch):
     timed like the others where it is measured (causal, long sequences: lowered here to 32)."""
     monkeypatch.setattr(AB, "TUTORIAL_MIN_S", 32)
     # device=None: where the kernels run (a GPU's kernels refuse CPU tensors)
-    rows = AB.measure_shape(
-        "float16",
-        2,
-        3,
-        40,
-        16,
-        True,
-        providers=("course", "course_g1"),
-        timer=_fake_timer,
-        peak=lambda fn: 0.0,
-        device=None,
-    )
+    rows = _measure(("course", "course_g1"), B=2, H=3, causal=True, device=None)
     assert [r["status"] for r in rows] == ["ok", "ok"] and rows[1]["max_err"] < 1e-2
-    rows = AB.measure_shape(
-        "float16", 1, 2, 40, 16, False, providers=("course_g1",), timer=_fake_timer, peak=lambda fn: 0.0, device=None
-    )
+    rows = _measure(("course_g1",), H=2, device=None)
     assert rows[0]["status"].startswith("skipped:")
 
 
 def test_a_wrong_provider_is_not_timed(monkeypatch):
     monkeypatch.setattr(AB, "attention", lambda q, k, v, causal=False: torch.zeros_like(q))
     timed = []
-    rows = AB.measure_shape(
-        "float16",
-        1,
-        1,
-        24,
-        16,
-        False,
-        providers=("course",),
-        timer=lambda fn: timed.append(fn) or (1.0, 1.0),
-        peak=lambda fn: 0.0,
-        device="cpu",
-    )
+    rows = _measure(("course",), 24, timer=lambda fn: timed.append(fn) or (1.0, 1.0))
     assert rows[0]["status"].startswith("wrong: max abs error") and not timed
 
 
 def test_naive_is_skipped_past_its_limit():
-    rows = AB.measure_shape(
-        "float16",
-        1,
-        1,
-        AB.NAIVE_MAX_S + 16,
-        16,
-        False,
-        providers=("naive",),
-        timer=_fake_timer,
-        peak=lambda fn: 0.0,
-        device="cpu",
-    )
+    rows = _measure(("naive",), AB.NAIVE_MAX_S + 16)
     assert rows[0]["status"].startswith("skipped:")
 
 
@@ -482,19 +449,7 @@ def test_command_line_stops_without_a_gpu(capsys, tmp_path):
 @pytest.mark.skipif(helpers.ON_GPU, reason="the harness's CPU path (a fake timer), for machines without a GPU")
 def test_rounds_give_the_median_and_the_spread():
     timer, calls = _rounds_timer()
-    rows = AB.measure_shape(
-        "float16",
-        1,
-        2,
-        40,
-        16,
-        False,
-        providers=("course", "sdpa"),
-        timer=timer,
-        peak=lambda fn: 1.0,
-        device="cpu",
-        rounds=5,
-    )
+    rows = _measure(("course", "sdpa"), H=2, timer=timer, peak=1.0, rounds=5)
     assert len(calls) == 10 and calls[0] is not calls[1]  # 5 rounds x 2 providers, interleaved
     for r in rows:
         assert r["ms"] == 2.0 and r["graph_ms"] == 1.0
