@@ -563,49 +563,39 @@ RIGHT_72 = TEMPLATE_72.replace(
     "    raise NotImplementedError\n", SOLUTION_LINES["n_full"] + "\n" + SOLUTION_LINES["end"] + "\n"
 ).replace("        s = tl.where(keep", SOLUTION_LINES["keep"] + "\n        s = tl.where(keep")
 
-WRONG_7_2 = {  # mistake -> (the replaced line, its wrong version, the words of the hint)
+WRONG_7_2 = {  # mistake -> ({solution line: its wrong version}, the words of the hint)
     "loop to the end ignoring causality": (
-        [("n_full", "    n_full = seq // BLOCK_N * BLOCK_N"), ("end", "    end = seq")],
+        {"n_full": "n_full = seq // BLOCK_N * BLOCK_N", "end": "end = seq"},
         "run to the end",
     ),
-    "stop one block early (diagonal missed)": ([("end", "    end = start_m * BLOCK_M")], "never visited"),
-    "end from the block's first row": ([("end", "    end = tl.minimum(seq, start_m * BLOCK_M + 1)")], "first row"),
-    "no mask on the diagonal block": ([("keep", "        keep = cols[None, :] < seq")], "causal condition"),
-    "< instead of <=": (
-        [("keep", "        keep = (cols[None, :] < seq) & (cols[None, :] < offs_m[:, None])")],
-        "<=, not <",
-    ),
+    "stop one block early (diagonal missed)": ({"end": "end = start_m * BLOCK_M"}, "never visited"),
+    "end from the block's first row": ({"end": "end = tl.minimum(seq, start_m * BLOCK_M + 1)"}, "first row"),
+    "no mask on the diagonal block": ({"keep": "keep = cols[None, :] < seq"}, "causal condition"),
+    "< instead of <=": ({"keep": "keep = (cols[None, :] < seq) & (cols[None, :] < offs_m[:, None])"}, "<=, not <"),
     "n_full off by one block": (
-        [("n_full", "    n_full = (start_m * BLOCK_M // BLOCK_N + 1) * BLOCK_N")],
+        {"n_full": "n_full = (start_m * BLOCK_M // BLOCK_N + 1) * BLOCK_N"},
         "one block too far",
     ),
     # right outputs, wasted work: the checker reads the bounds
-    "end = seq (blocks above the diagonal loaded)": ([("end", "    end = seq")], "end = seq ignores causality"),
-    "n_full = 0 (every block masked)": ([("n_full", "    n_full = 0")], "n_full = 0 masks every block"),
-    "end = seq and n_full = 0": (
-        [("n_full", "    n_full = 0"), ("end", "    end = seq")],
-        "end = seq ignores causality",
-    ),
+    "end = seq (blocks above the diagonal loaded)": ({"end": "end = seq"}, "end = seq ignores causality"),
+    "n_full = 0 (every block masked)": ({"n_full": "n_full = 0"}, "n_full = 0 masks every block"),
+    "end = seq and n_full = 0": ({"n_full": "n_full = 0", "end": "end = seq"}, "end = seq ignores causality"),
     "end one block past the diagonal": (
-        [("end", "    end = tl.minimum(seq, (start_m + 1) * BLOCK_M + BLOCK_N)")],
+        {"end": "end = tl.minimum(seq, (start_m + 1) * BLOCK_M + BLOCK_N)"},
         "end = seq ignores causality",
     ),
     "n_full one block short": (
-        [("n_full", "    n_full = tl.maximum(0, (start_m * BLOCK_M + 1) // BLOCK_N * BLOCK_N - BLOCK_N)")],
+        {"n_full": "n_full = tl.maximum(0, (start_m * BLOCK_M + 1) // BLOCK_N * BLOCK_N - BLOCK_N)"},
         "n_full = 0 masks every block",
     ),
 }
 
 RIGHT_BOUNDS_72 = {  # other ways to write the right bounds: the same blocks in each loop
-    "n_full without + 1 (blocks are powers of two)": [
-        ("n_full", "    n_full = start_m * BLOCK_M // BLOCK_N * BLOCK_N")
-    ],
-    "end rounded up to a block": [
-        ("end", "    end = tl.cdiv(tl.minimum(seq, (start_m + 1) * BLOCK_M), BLOCK_N) * BLOCK_N")
-    ],
-    "n_full bounded by the whole blocks": [
-        ("n_full", "    n_full = tl.minimum(seq // BLOCK_N * BLOCK_N, (start_m * BLOCK_M + 1) // BLOCK_N * BLOCK_N)")
-    ],
+    "n_full without + 1 (blocks are powers of two)": {"n_full": "n_full = start_m * BLOCK_M // BLOCK_N * BLOCK_N"},
+    "end rounded up to a block": {"end": "end = tl.cdiv(tl.minimum(seq, (start_m + 1) * BLOCK_M), BLOCK_N) * BLOCK_N"},
+    "n_full bounded by the whole blocks": {
+        "n_full": "n_full = tl.minimum(seq // BLOCK_N * BLOCK_N, (start_m * BLOCK_M + 1) // BLOCK_N * BLOCK_N)"
+    },
 }
 
 
@@ -613,11 +603,13 @@ def _kernel(src: str, tmp_path: Path, name: str):
     return _module_from(src, tmp_path, name).my_causal_kernel
 
 
-def _wrong_72(changes) -> str:
+def _wrong_72(changes: dict) -> str:
+    """RIGHT_72 with solution lines (SOLUTION_LINES' keys) changed to the text given, at their indent ("": blank)."""
     src = RIGHT_72
-    for which, line in changes:
-        assert SOLUTION_LINES[which] in src
-        src = src.replace(SOLUTION_LINES[which], line)
+    for which, line in changes.items():
+        old = SOLUTION_LINES[which]
+        assert old in src
+        src = src.replace(old, (old[: len(old) - len(old.lstrip())] + line) if line else "")
     return src
 
 
@@ -654,7 +646,7 @@ def test_checker_7_2_right(capsys, tmp_path):
 
 
 def test_checker_7_2_right_without_the_redundant_bound(capsys, tmp_path):
-    src = _wrong_72([("keep", "        keep = cols[None, :] <= offs_m[:, None]")])
+    src = _wrong_72({"keep": "keep = cols[None, :] <= offs_m[:, None]"})
     _assert(_verdict(capsys, lesson07.check_7_2, _kernel(src, tmp_path, "k72_right2")), "correct")
 
 
@@ -676,7 +668,7 @@ def causal_bounds(start_m, seq, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
 @pytest.mark.parametrize("end,verdict", [("tl.minimum(seq, (start_m + 1) * BLOCK_M)", "correct"), ("seq", "wrong")])
 def test_checker_7_2_bounds_from_a_helper_function(capsys, tmp_path, end, verdict):
     """Bounds computed by a @triton.jit function of the learner's are read all the same."""
-    src = _wrong_72([("n_full", "    n_full, end = causal_bounds(start_m, seq, BLOCK_M, BLOCK_N)"), ("end", "")])
+    src = _wrong_72({"n_full": "n_full, end = causal_bounds(start_m, seq, BLOCK_M, BLOCK_N)", "end": ""})
     kernel = _kernel(BOUNDS_HELPER.format(end=end) + src, tmp_path, f"k72_helper_{verdict}")
     _assert(
         _verdict(capsys, lesson07.check_7_2, kernel), verdict, *(["ignores causality"] if verdict == "wrong" else [])
