@@ -61,6 +61,24 @@ def module_from(src: str, name: str, folder, namespace: dict | None = None):
     return module
 
 
+def assert_solutions_correct(capsys, lesson: str, folder, checkers: dict) -> None:
+    """Lesson ``lesson``'s solution cells (the ```python blocks of its cells tagged `solution`, one per exercise),
+    imported as one module from a file in ``folder`` as a learner would paste them below the notebook's imports of
+    torch, triton and tl: each function or kernel named in ``checkers`` is "correct" by its checker."""
+    import re
+
+    from claims import notebook
+
+    cells = [c for c in notebook(lesson)["cells"] if "solution" in c.get("metadata", {}).get("tags", [])]
+    code = [m for c in cells for m in re.findall(r"```python\n(.*?)```", "".join(c["source"]), re.S)]
+    assert len(code) == len(checkers), f"lesson {lesson}: expected {len(checkers)} solution blocks, found {len(code)}"
+    header = "import torch\nimport triton\nimport triton.language as tl\n\n"
+    solutions = module_from(header + "\n\n".join(code), f"lesson{lesson}_solutions", folder)
+    for name, checker in checkers.items():
+        line = verdict(capsys, checker, getattr(solutions, name))
+        assert status(line).startswith("correct"), line
+
+
 def variant(kernel, name: str, changes: dict, folder=None):
     """A copy of the @triton.jit ``kernel`` named ``name``, with lines changed: a wrong answer written as the lines
     where it differs from the right one. Each key of ``changes`` is a whole line of the kernel (without its
@@ -88,3 +106,15 @@ def variant(kernel, name: str, changes: dict, folder=None):
     names = {k: v for k, v in kernel.fn.__globals__.items() if not k.startswith("__")}
     module = module_from("import triton\nimport triton.language as tl\n\n\n" + src + "\n", name, folder, names)
     return getattr(module, name)
+
+
+def assert_figure(draw) -> None:
+    """``draw()`` returns a matplotlib figure with axes; the figure is closed, whether or not it does."""
+    import matplotlib.figure
+    import matplotlib.pyplot as plt
+
+    fig = draw()
+    try:
+        assert isinstance(fig, matplotlib.figure.Figure) and fig.axes
+    finally:
+        plt.close(fig)

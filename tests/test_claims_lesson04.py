@@ -53,11 +53,7 @@ def test_the_trace_prose():
 
 
 def test_the_notebook_trace_row_is_the_figure_row():
-    cell = next(
-        "".join(c["source"])
-        for c in notebook(L)["cells"]
-        if c["cell_type"] == "code" and "lesson04.online_trace(x, block_size)" in "".join(c["source"])
-    )
+    cell = code_cell_with(L, "lesson04.online_trace(x, block_size)")
     assert str(lesson04.TRACE_ROW) in cell and f"block_size = {lesson04.TRACE_BLOCK}" in cell
 
 
@@ -211,11 +207,7 @@ def test_the_lesson_uses_no_later_lesson():
 
 
 def test_the_notebooks_online_attention():
-    cell = next(
-        "".join(c["source"])
-        for c in notebook(L)["cells"]
-        if c["cell_type"] == "code" and "def online_attention" in "".join(c["source"])
-    )
+    cell = code_cell_with(L, "def online_attention")
     ns = {"math": math, "torch": torch}
     exec(cell, ns)
     online_attention = ns["online_attention"]

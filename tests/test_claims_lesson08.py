@@ -127,26 +127,15 @@ def test_the_shaded_short_rows_measure_the_cache(bench):
     quotes(text, f"passes 1.0 (ours at {c1:.2f}, Liger's at {lb1:.2f})")
     edge_cells = [("float32", 1024), ("bfloat16", 2048)]
     assert all(bench["copy"].loc[c, "fits in L2"] == "yes" for c in edge_cells)  # "while the copy's data still fit"
-    quotes(
-        text,
-        "ours at "
-        + " and ".join(f"{f.loc[c, 'course']:.2f}" for c in edge_cells)
-        + ", Liger's at "
-        + " and ".join(f"{f.loc[c, 'liger_backward']:.2f}" for c in edge_cells),
-    )
+    at_the_edge = {p: " and ".join(f"{f.loc[c, p]:.2f}" for c in edge_cells) for p in f.columns}
+    quotes(text, f"ours at {at_the_edge['course']}, Liger's at {at_the_edge['liger_backward']}")
     at_edge = f.loc[edge_cells, ["course", "course_looped", "liger_backward"]]
     assert at_edge.max().max() - at_edge.min().min() < 0.05  # every kernel lands in the same place
     quotes(cell_with(LESSON, "## Try on your own"), lb1, "Liger's {:.2f} at bfloat16")
     deep = cell_with(DEEP, "The rows below N = 4096 measure the cache")
     quotes(deep, edge, "take {:.0f} MB, at the edge")
     quotes(deep, bench["l2_mb"], "the {:.0f} MB L2")
-    quotes(
-        deep,
-        "the looped kernel at "
-        + " and ".join(f"{f.loc[c, 'course_looped']:.2f}" for c in edge_cells)
-        + ", Liger's at "
-        + " and ".join(f"{f.loc[c, 'liger_backward']:.2f}" for c in edge_cells),
-    )
+    quotes(deep, f"the looped kernel at {at_the_edge['course_looped']}, Liger's at {at_the_edge['liger_backward']}")
     quotes(
         deep,
         f"Liger's at {lb1:.2f}, the tile at {c1:.2f}, the looped kernel at {f.loc[('bfloat16', 1024), 'course_looped']:.2f}",

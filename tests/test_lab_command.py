@@ -93,19 +93,15 @@ def test_the_makefiles_agg_backend_is_dropped_for_the_kernels():
     assert lab.lab_env({"MPLBACKEND": "module://x"})["MPLBACKEND"] == "module://x"
 
 
+def _stdout(command: list, cwd, env_drop: tuple, **env_update) -> str:
+    """What ``command`` prints, run in ``cwd`` with this environment less ``env_drop``, plus ``env_update``."""
+    env = {k: v for k, v in os.environ.items() if k not in env_drop} | env_update
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=60, check=True).stdout
+
+
 def _print_command(env_update, *args, cwd):
-    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
-    env.update(env_update)
-    r = subprocess.run(
-        [sys.executable, str(SCRIPT), "--print-command", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    return shlex.split(r.stdout)
+    command = [sys.executable, str(SCRIPT), "--print-command", *args]
+    return shlex.split(_stdout(command, cwd, ("DISPLAY", "WAYLAND_DISPLAY"), **env_update))
 
 
 @pytest.mark.skipif(os.name != "posix" or sys.platform == "darwin", reason="the display check is for Linux/BSD")
@@ -122,15 +118,7 @@ def test_print_command_here(tmp_path):
 @pytest.mark.skipif(shutil.which("make") is None, reason="no make")
 def test_make_lab_passes_args_to_the_script():
     # -n: print, do not run; -o: do not (re)build the venv for this
-    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "ARGS")}
-    r = subprocess.run(
-        ["make", "-n", "--no-print-directory", "-o", ".venv/.installed-stamp", "lab", "ARGS=--port 8890 --ip 0.0.0.0"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    lines = [line for line in r.stdout.splitlines() if "tools/lab.py" in line]
-    assert len(lines) == 1 and lines[0].endswith("tools/lab.py --port 8890 --ip 0.0.0.0"), r.stdout
+    make_lab = ["make", "-n", "--no-print-directory", "-o", ".venv/.installed-stamp", "lab"]
+    out = _stdout([*make_lab, "ARGS=--port 8890 --ip 0.0.0.0"], ROOT, ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "ARGS"))
+    lines = [line for line in out.splitlines() if "tools/lab.py" in line]
+    assert len(lines) == 1 and lines[0].endswith("tools/lab.py --port 8890 --ip 0.0.0.0"), out

@@ -16,7 +16,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from checking import _raises, _untouched, assert_checker_contract, status, variant, verdict
+from checking import _raises, _untouched, assert_checker_contract, assert_figure, status, variant, verdict
 
 import helpers
 from helpers import data, lesson03, lesson03_exercises
@@ -112,11 +112,7 @@ def test_limits_rows_keeps_its_name_for_the_benchmark():
 
 @pytest.mark.parametrize("name", sorted(lesson03.FIGURES))
 def test_figures_are_figures(name):
-    fig = lesson03.FIGURES[name]()
-    try:
-        assert isinstance(fig, matplotlib.figure.Figure) and fig.axes
-    finally:
-        matplotlib.pyplot.close(fig)
+    assert_figure(lesson03.FIGURES[name])
 
 
 def test_every_panel_of_the_limits_figure_has_both_axis_labels():

@@ -15,7 +15,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from checking import assert_checker_contract, status, verdict
+from checking import assert_checker_contract, assert_figure, status, verdict
 
 import helpers
 from helpers import data, lesson04, lesson04_exercises
@@ -161,11 +161,7 @@ def test_rows_grow_recording_has_what_the_lesson_reads():
 
 @pytest.mark.parametrize("name", sorted(lesson04.FIGURES))
 def test_figures_are_figures(name):
-    fig = lesson04.FIGURES[name]()
-    try:
-        assert isinstance(fig, matplotlib.figure.Figure) and fig.axes
-    finally:
-        matplotlib.pyplot.close(fig)
+    assert_figure(lesson04.FIGURES[name])
 
 
 def test_figures_draw_given_data():
@@ -182,57 +178,30 @@ def test_figures_draw_given_data():
 # is given. Each variant below is the right answer with one plausible mistake.
 # --------------------------------------------------------------------------------------------
 
-RIGHT = """
-m_new = tl.maximum(m, tl.max(x, axis=0))
-alpha = tl.where(m_new == -float("inf"), 1.0, tl.exp(m - m_new))
-d = d * alpha + tl.sum(tl.where(x == -float("inf"), 0.0, tl.exp(x - m_new)), axis=0)
-m = m_new
-"""
-NO_RESCALE = """
-m_new = tl.maximum(m, tl.max(x, axis=0))
-d = d + tl.sum(tl.where(x == -float("inf"), 0.0, tl.exp(x - m_new)), axis=0)
-m = m_new
-"""
-M_UPDATED_FIRST = """
-m_new = tl.maximum(m, tl.max(x, axis=0))
-m = m_new
-alpha = tl.where(m_new == -float("inf"), 1.0, tl.exp(m - m_new))
-d = d * alpha + tl.sum(tl.where(x == -float("inf"), 0.0, tl.exp(x - m_new)), axis=0)
-"""
-RESCALES_THE_BLOCK = """
-m_new = tl.maximum(m, tl.max(x, axis=0))
-alpha = tl.where(m_new == -float("inf"), 1.0, tl.exp(m - m_new))
-d = d + alpha * tl.sum(tl.where(x == -float("inf"), 0.0, tl.exp(x - m_new)), axis=0)
-m = m_new
-"""
-WRONG_FACTOR = """
-m_new = tl.maximum(m, tl.max(x, axis=0))
-alpha = tl.where(m_new == -float("inf"), 1.0, tl.exp(m_new - m))
-d = d * alpha + tl.sum(tl.where(x == -float("inf"), 0.0, tl.exp(x - m_new)), axis=0)
-m = m_new
-"""
-OLD_MAX_SHIFT = """
-m_new = tl.maximum(m, tl.max(x, axis=0))
-alpha = tl.where(m_new == -float("inf"), 1.0, tl.exp(m - m_new))
-d = d * alpha + tl.sum(tl.where(x == -float("inf"), 0.0, tl.exp(x - tl.where(m == -float("inf"), m_new, m))), axis=0)
-m = m_new
-"""
-BLOCK_MAX_SHIFT = """
-b = tl.max(x, axis=0)
-m_new = tl.maximum(m, b)
-alpha = tl.where(m_new == -float("inf"), 1.0, tl.exp(m - m_new))
-d = d * alpha + tl.sum(tl.where(x == -float("inf"), 0.0, tl.exp(x - b)), axis=0)
-m = m_new
-"""
-NO_SHIFT = """
-m = tl.maximum(m, tl.max(x, axis=0))
-d = d + tl.sum(tl.exp(x), axis=0)
-"""
-NO_NEG_INF_GUARD = """
-m_new = tl.maximum(m, tl.max(x, axis=0))
-d = d * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new), axis=0)
-m = m_new
-"""
+# The right update, line by line; each mistake below is written as the lines where it differs from it.
+MAX = "m_new = tl.maximum(m, tl.max(x, axis=0))"
+ALPHA = 'alpha = tl.where(m_new == -float("inf"), 1.0, tl.exp(m - m_new))'
+SUM = 'd = d * alpha + tl.sum(tl.where(x == -float("inf"), 0.0, tl.exp(x - m_new)), axis=0)'
+STEP = "m = m_new"
+RIGHT = "\n".join([MAX, ALPHA, SUM, STEP])
+NO_RESCALE = "\n".join([MAX, SUM.replace("d * alpha", "d"), STEP])
+M_UPDATED_FIRST = "\n".join([MAX, STEP, ALPHA, SUM])
+RESCALES_THE_BLOCK = "\n".join([MAX, ALPHA, SUM.replace("d * alpha + ", "d + alpha * "), STEP])
+WRONG_FACTOR = "\n".join([MAX, ALPHA.replace("tl.exp(m - m_new)", "tl.exp(m_new - m)"), SUM, STEP])
+OLD_MAX_SHIFT = "\n".join(
+    [MAX, ALPHA, SUM.replace("tl.exp(x - m_new)", 'tl.exp(x - tl.where(m == -float("inf"), m_new, m))'), STEP]
+)
+BLOCK_MAX_SHIFT = "\n".join(
+    [
+        "b = tl.max(x, axis=0)",
+        "m_new = tl.maximum(m, b)",
+        ALPHA,
+        SUM.replace("tl.exp(x - m_new)", "tl.exp(x - b)"),
+        STEP,
+    ]
+)
+NO_SHIFT = "\n".join(["m = tl.maximum(m, tl.max(x, axis=0))", "d = d + tl.sum(tl.exp(x), axis=0)"])
+NO_NEG_INF_GUARD = "\n".join([MAX, "d = d * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new), axis=0)", STEP])
 
 
 def _kernel_source(
@@ -398,35 +367,40 @@ def test_online_kernel_cases_are_hostile():
 # --------------------------------------------------------------------------------------------
 
 
-def merge_right(m1, d1, m2, d2):
-    m = max(m1, m2)
-    if m == -math.inf:
-        return -math.inf, 0.0
-    return m, d1 * math.exp(m1 - m) + d2 * math.exp(m2 - m)
+def _empty_safe(merge):
+    """``merge`` with the case every right merge needs: two empty parts (m = -inf on both sides) merge to an
+    empty part, (-inf, 0), rather than to NaN from exp(-inf - -inf)."""
 
+    def safe(m1, d1, m2, d2):
+        if max(m1, m2) == -math.inf:
+            return -math.inf, 0.0
+        return merge(m1, d1, m2, d2)
 
-def merge_right_float32(m1, d1, m2, d2):
-    """The right formula, computed in torch's default dtype (float32): off from float64 in the 8th digit."""
-    m = max(m1, m2)
-    if m == -math.inf:
-        return -math.inf, 0.0
-    t = lambda v: torch.tensor(v, dtype=torch.float32)  # noqa: E731
-    return t(m), t(d1) * torch.exp(t(m1) - t(m)) + t(d2) * torch.exp(t(m2) - t(m))
-
-
-def merge_right_numpy_float32(m1, d1, m2, d2):
-    import numpy as np
-
-    m = max(m1, m2)
-    if m == -math.inf:
-        return -math.inf, 0.0
-    f = np.float32
-    return f(m), f(d1) * np.exp(f(m1) - f(m)) + f(d2) * np.exp(f(m2) - f(m))
+    return safe
 
 
 def merge_no_empty(m1, d1, m2, d2):
     m = max(m1, m2)
     return m, d1 * math.exp(m1 - m) + d2 * math.exp(m2 - m)
+
+
+merge_right = _empty_safe(merge_no_empty)
+
+
+@_empty_safe
+def merge_right_float32(m1, d1, m2, d2):
+    """The right formula, computed in torch's default dtype (float32): off from float64 in the 8th digit."""
+    t = lambda v: torch.tensor(v, dtype=torch.float32)  # noqa: E731
+    m = max(m1, m2)
+    return t(m), t(d1) * torch.exp(t(m1) - t(m)) + t(d2) * torch.exp(t(m2) - t(m))
+
+
+@_empty_safe
+def merge_right_numpy_float32(m1, d1, m2, d2):
+    import numpy as np
+
+    f, m = np.float32, max(m1, m2)
+    return f(m), f(d1) * np.exp(f(m1) - f(m)) + f(d2) * np.exp(f(m2) - f(m))
 
 
 def merge_no_rescale(m1, d1, m2, d2):
@@ -437,19 +411,16 @@ def merge_min(m1, d1, m2, d2):
     return min(m1, m2), d1 + d2
 
 
+@_empty_safe
 def merge_wrong_factor(m1, d1, m2, d2):
     m = max(m1, m2)
-    if m == -math.inf:
-        return -math.inf, 0.0
     return m, d1 * math.exp(m - m1) + d2 * math.exp(m - m2)
 
 
+@_empty_safe
 def merge_unshifted(m1, d1, m2, d2):
     """Sums of exp(x) rather than of exp(x - m): a mistake the checker has no special hint for."""
-    m = max(m1, m2)
-    if m == -math.inf:
-        return -math.inf, 0.0
-    return m, d1 * math.exp(m1) + d2 * math.exp(m2)
+    return max(m1, m2), d1 * math.exp(m1) + d2 * math.exp(m2)
 
 
 def test_checker_4_2_contract(capsys):

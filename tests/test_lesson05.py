@@ -13,7 +13,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from checking import assert_checker_contract, status, variant, verdict
+from checking import assert_checker_contract, assert_figure, assert_solutions_correct, status, variant, verdict
 
 import helpers
 from helpers import data, lesson05, lesson05_exercises
@@ -159,11 +159,7 @@ FIGURES = lesson05.FIGURES
 
 @pytest.mark.parametrize("name", sorted(FIGURES))
 def test_figures_are_figures(name):
-    fig = FIGURES[name]()
-    try:
-        assert isinstance(fig, matplotlib.figure.Figure) and fig.axes
-    finally:
-        matplotlib.pyplot.close(fig)
+    assert_figure(FIGURES[name])
 
 
 def test_final_figure_draws_every_peer_the_lesson_names():
@@ -249,31 +245,15 @@ VARIANTS_5_1 = {
     "gs_store_n_cols_stride": {STORE: STORE.replace("out_row_stride", "n_cols")},
     "gs_no_col_stride": {LOAD: LOAD.replace("cols * in_col_stride", "cols")},
     "gs_no_max_shift": {NUM: "num = tl.exp(x)"},
+    "gs_no_loop": {
+        "mask = cols < n_cols": "mask = cols < n_cols\nrow = tl.program_id(0)  # one row per program, no loop",
+        LOOP: "if row < n_rows:  # rows past the grid are never done",
+    },
+    "gs_while_stuck": {
+        LOOP: "row = tl.program_id(0)\nwhile row < n_rows:  # never advances: `row += tl.num_programs(0)` is missing"
+    },
 }
 V = {name: variant(gs_right, name, changes) for name, changes in VARIANTS_5_1.items()}
-
-
-@triton.jit
-def gs_no_loop(out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_rows, n_cols, BLOCK_SIZE: tl.constexpr):
-    cols = tl.arange(0, BLOCK_SIZE)
-    row = tl.program_id(0)  # one row per program: rows past the grid are never done
-    mask = cols < tl.where(row < n_rows, n_cols, 0)
-    x = tl.load(in_ptr + row * in_row_stride + cols * in_col_stride, mask=mask, other=-float("inf")).to(tl.float32)
-    num = tl.exp(x - tl.max(x, axis=0))
-    tl.store(out_ptr + row * out_row_stride + cols, num / tl.sum(num, axis=0), mask=mask)
-
-
-@triton.jit
-def gs_while_stuck(
-    out_ptr, in_ptr, in_row_stride, in_col_stride, out_row_stride, n_rows, n_cols, BLOCK_SIZE: tl.constexpr
-):
-    cols = tl.arange(0, BLOCK_SIZE)
-    mask = cols < n_cols
-    row = tl.program_id(0)
-    while row < n_rows:  # never advances: `row += tl.num_programs(0)` is missing
-        x = tl.load(in_ptr + row * in_row_stride + cols * in_col_stride, mask=mask, other=-float("inf")).to(tl.float32)
-        num = tl.exp(x - tl.max(x, axis=0))
-        tl.store(out_ptr + row * out_row_stride + cols, num / tl.sum(num, axis=0), mask=mask)
 
 
 def test_checker_5_1_right_and_not_yet(capsys):
@@ -291,7 +271,7 @@ STRIDE, MASK = ("row_stride",), ("mask",)  # the title says "grid-stride"
         (V["gs_from_zero"], "were never written", ()),
         (V["gs_all_rows"], "processed more than once", ()),
         (V["gs_step_one"], "processed more than once", ()),
-        (gs_no_loop, "were never written", ()),
+        (V["gs_no_loop"], "were never written", ()),
         (V["gs_no_store_mask"], "does tl.store have mask=", STRIDE),  # the out-of-bounds store
         (V["gs_no_load_mask"], "load with mask=cols < n_cols", STRIDE),
         (V["gs_other_zero"], "padding lanes loaded as -inf", STRIDE),
@@ -313,7 +293,7 @@ def test_checker_5_1_wrong_answers(wrong, hint, not_in, capsys):
 
 def test_checker_5_1_a_loop_that_never_ends(capsys, monkeypatch):
     monkeypatch.setattr(helpers.exercises, "KERNEL_TIMEOUT", 5)
-    line = verdict(capsys, lesson05_exercises.check_5_1, gs_while_stuck)
+    line = verdict(capsys, lesson05_exercises.check_5_1, V["gs_while_stuck"])
     assert status(line).startswith("wrong") and "did not finish" in line, line
 
 
@@ -441,27 +421,18 @@ def _notebook():
     )
 
 
-def _solutions() -> str:
-    import re
-
-    cells = [c for c in _notebook()["cells"] if "solution" in c.get("metadata", {}).get("tags", [])]
-    return "\n\n".join(m for c in cells for m in re.findall(r"```python\n(.*?)```", "".join(c["source"]), re.S))
-
-
-def test_the_notebooks_solutions_pass_their_checkers(tmp_path, monkeypatch, capsys):
-    import importlib
-
-    (tmp_path / "lesson05_solutions.py").write_text("import triton\nimport triton.language as tl\n\n" + _solutions())
-    monkeypatch.syspath_prepend(str(tmp_path))
-    sol = importlib.import_module("lesson05_solutions")
-    for checker, fn in (
-        (lesson05_exercises.check_5_1, sol.persistent_softmax_kernel),
-        (lesson05_exercises.check_5_2, sol.programs_by_registers),
-        (lesson05_exercises.check_5_3, sol.waves),
-        (lesson05_exercises.check_5_4, sol.binding_limit),
-    ):
-        line = verdict(capsys, checker, fn)
-        assert status(line).startswith("correct"), line
+def test_the_notebooks_solutions_pass_their_checkers(tmp_path, capsys):
+    assert_solutions_correct(
+        capsys,
+        "05",
+        tmp_path,
+        {
+            "persistent_softmax_kernel": lesson05_exercises.check_5_1,
+            "programs_by_registers": lesson05_exercises.check_5_2,
+            "waves": lesson05_exercises.check_5_3,
+            "binding_limit": lesson05_exercises.check_5_4,
+        },
+    )
 
 
 def test_no_answer_on_screen_above_its_checker():

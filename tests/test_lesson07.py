@@ -346,14 +346,16 @@ def test_attention_rows_does_not_time_a_wrong_provider(monkeypatch):
 # --- The benchmark's logic, on the CPU with a stand-in timer ----------------------------------
 
 
-def _fake_timer(fn):
-    fn()
-    return 2.0, 1.0
+def _measure(providers, S=40, *, B=1, H=1, causal=False, timer=_fake_timer, peak=0.0, device="cpu", **kw):
+    """AB.measure_shape on a float16 shape with D = 16, its timer and memory counter stand-ins (peak: MiB)."""
+    return AB.measure_shape(
+        "float16", B, H, S, 16, causal, providers, timer=timer, peak=lambda fn: peak, device=device, **kw
+    )
 
 
 @pytest.mark.skipif(helpers.ON_GPU, reason="the harness's CPU path (a fake timer), for machines without a GPU")
 def test_measure_shape_rows_on_the_cpu():
-    rows = AB.measure_shape("float16", 1, 2, 40, 16, True, timer=_fake_timer, peak=lambda fn: 1.5, device="cpu")
+    rows = _measure(AB.PROVIDERS, H=2, causal=True, peak=1.5)
     assert [r["provider"] for r in rows] == list(AB.PROVIDERS)
     by = {r["provider"]: r for r in rows}
     for p in ("course", "sdpa", "naive"):
@@ -378,56 +380,21 @@ def test_the_head_order_provider(monkeypatch):
     timed like the others where it is measured (causal, long sequences: lowered here to 32)."""
     monkeypatch.setattr(AB, "TUTORIAL_MIN_S", 32)
     # device=None: where the kernels run (a GPU's kernels refuse CPU tensors)
-    rows = AB.measure_shape(
-        "float16",
-        2,
-        3,
-        40,
-        16,
-        True,
-        providers=("course", "course_g1"),
-        timer=_fake_timer,
-        peak=lambda fn: 0.0,
-        device=None,
-    )
+    rows = _measure(("course", "course_g1"), B=2, H=3, causal=True, device=None)
     assert [r["status"] for r in rows] == ["ok", "ok"] and rows[1]["max_err"] < 1e-2
-    rows = AB.measure_shape(
-        "float16", 1, 2, 40, 16, False, providers=("course_g1",), timer=_fake_timer, peak=lambda fn: 0.0, device=None
-    )
+    rows = _measure(("course_g1",), H=2, device=None)
     assert rows[0]["status"].startswith("skipped:")
 
 
 def test_a_wrong_provider_is_not_timed(monkeypatch):
     monkeypatch.setattr(AB, "attention", lambda q, k, v, causal=False: torch.zeros_like(q))
     timed = []
-    rows = AB.measure_shape(
-        "float16",
-        1,
-        1,
-        24,
-        16,
-        False,
-        providers=("course",),
-        timer=lambda fn: timed.append(fn) or (1.0, 1.0),
-        peak=lambda fn: 0.0,
-        device="cpu",
-    )
+    rows = _measure(("course",), 24, timer=lambda fn: timed.append(fn) or (1.0, 1.0))
     assert rows[0]["status"].startswith("wrong: max abs error") and not timed
 
 
 def test_naive_is_skipped_past_its_limit():
-    rows = AB.measure_shape(
-        "float16",
-        1,
-        1,
-        AB.NAIVE_MAX_S + 16,
-        16,
-        False,
-        providers=("naive",),
-        timer=_fake_timer,
-        peak=lambda fn: 0.0,
-        device="cpu",
-    )
+    rows = _measure(("naive",), AB.NAIVE_MAX_S + 16)
     assert rows[0]["status"].startswith("skipped:")
 
 
@@ -485,19 +452,7 @@ def test_command_line_stops_without_a_gpu(capsys, tmp_path):
 @pytest.mark.skipif(helpers.ON_GPU, reason="the harness's CPU path (a fake timer), for machines without a GPU")
 def test_rounds_give_the_median_and_the_spread():
     timer, calls = _rounds_timer()
-    rows = AB.measure_shape(
-        "float16",
-        1,
-        2,
-        40,
-        16,
-        False,
-        providers=("course", "sdpa"),
-        timer=timer,
-        peak=lambda fn: 1.0,
-        device="cpu",
-        rounds=5,
-    )
+    rows = _measure(("course", "sdpa"), H=2, timer=timer, peak=1.0, rounds=5)
     assert len(calls) == 10 and calls[0] is not calls[1]  # 5 rounds x 2 providers, interleaved
     for r in rows:
         assert r["ms"] == 2.0 and r["graph_ms"] == 1.0
@@ -581,24 +536,6 @@ WRONG_7_1 = {
 }
 
 
-def test_checker_7_1_right(capsys):
-    _assert(_verdict(capsys, lesson07_exercises.check_7_1, _ca_right), "correct")
-
-
-def test_checker_7_1_untouched_template(capsys):
-    ns = {}
-    exec(_notebook_code("def causal_attention"), ns)
-    _assert(_verdict(capsys, lesson07_exercises.check_7_1, ns["causal_attention"]), "not yet")
-    _assert(_verdict(capsys, lesson07_exercises.check_7_1, None), "not yet")
-    _assert(_verdict(capsys, lesson07_exercises.check_7_1, lambda q, k, v, s: ...), "not yet")
-
-
-@pytest.mark.parametrize("case", WRONG_7_1, ids=list(WRONG_7_1))
-def test_checker_7_1_wrong_answers_get_hints(capsys, case):
-    fn, hint = WRONG_7_1[case]
-    _assert(_verdict(capsys, lesson07_exercises.check_7_1, fn), "wrong", hint)
-
-
 def test_checker_7_1_other_wrong_answers(capsys):
     def in_place(q, k, v, scale):
         q.mul_(scale)
@@ -629,49 +566,39 @@ RIGHT_72 = TEMPLATE_72.replace(
     "    raise NotImplementedError\n", SOLUTION_LINES["n_full"] + "\n" + SOLUTION_LINES["end"] + "\n"
 ).replace("        s = tl.where(keep", SOLUTION_LINES["keep"] + "\n        s = tl.where(keep")
 
-WRONG_7_2 = {  # mistake -> (the replaced line, its wrong version, the words of the hint)
+WRONG_7_2 = {  # mistake -> ({solution line: its wrong version}, the words of the hint)
     "loop to the end ignoring causality": (
-        [("n_full", "    n_full = seq // BLOCK_N * BLOCK_N"), ("end", "    end = seq")],
+        {"n_full": "n_full = seq // BLOCK_N * BLOCK_N", "end": "end = seq"},
         "run to the end",
     ),
-    "stop one block early (diagonal missed)": ([("end", "    end = start_m * BLOCK_M")], "never visited"),
-    "end from the block's first row": ([("end", "    end = tl.minimum(seq, start_m * BLOCK_M + 1)")], "first row"),
-    "no mask on the diagonal block": ([("keep", "        keep = cols[None, :] < seq")], "causal condition"),
-    "< instead of <=": (
-        [("keep", "        keep = (cols[None, :] < seq) & (cols[None, :] < offs_m[:, None])")],
-        "<=, not <",
-    ),
+    "stop one block early (diagonal missed)": ({"end": "end = start_m * BLOCK_M"}, "never visited"),
+    "end from the block's first row": ({"end": "end = tl.minimum(seq, start_m * BLOCK_M + 1)"}, "first row"),
+    "no mask on the diagonal block": ({"keep": "keep = cols[None, :] < seq"}, "causal condition"),
+    "< instead of <=": ({"keep": "keep = (cols[None, :] < seq) & (cols[None, :] < offs_m[:, None])"}, "<=, not <"),
     "n_full off by one block": (
-        [("n_full", "    n_full = (start_m * BLOCK_M // BLOCK_N + 1) * BLOCK_N")],
+        {"n_full": "n_full = (start_m * BLOCK_M // BLOCK_N + 1) * BLOCK_N"},
         "one block too far",
     ),
     # right outputs, wasted work: the checker reads the bounds
-    "end = seq (blocks above the diagonal loaded)": ([("end", "    end = seq")], "end = seq ignores causality"),
-    "n_full = 0 (every block masked)": ([("n_full", "    n_full = 0")], "n_full = 0 masks every block"),
-    "end = seq and n_full = 0": (
-        [("n_full", "    n_full = 0"), ("end", "    end = seq")],
-        "end = seq ignores causality",
-    ),
+    "end = seq (blocks above the diagonal loaded)": ({"end": "end = seq"}, "end = seq ignores causality"),
+    "n_full = 0 (every block masked)": ({"n_full": "n_full = 0"}, "n_full = 0 masks every block"),
+    "end = seq and n_full = 0": ({"n_full": "n_full = 0", "end": "end = seq"}, "end = seq ignores causality"),
     "end one block past the diagonal": (
-        [("end", "    end = tl.minimum(seq, (start_m + 1) * BLOCK_M + BLOCK_N)")],
+        {"end": "end = tl.minimum(seq, (start_m + 1) * BLOCK_M + BLOCK_N)"},
         "end = seq ignores causality",
     ),
     "n_full one block short": (
-        [("n_full", "    n_full = tl.maximum(0, (start_m * BLOCK_M + 1) // BLOCK_N * BLOCK_N - BLOCK_N)")],
+        {"n_full": "n_full = tl.maximum(0, (start_m * BLOCK_M + 1) // BLOCK_N * BLOCK_N - BLOCK_N)"},
         "n_full = 0 masks every block",
     ),
 }
 
 RIGHT_BOUNDS_72 = {  # other ways to write the right bounds: the same blocks in each loop
-    "n_full without + 1 (blocks are powers of two)": [
-        ("n_full", "    n_full = start_m * BLOCK_M // BLOCK_N * BLOCK_N")
-    ],
-    "end rounded up to a block": [
-        ("end", "    end = tl.cdiv(tl.minimum(seq, (start_m + 1) * BLOCK_M), BLOCK_N) * BLOCK_N")
-    ],
-    "n_full bounded by the whole blocks": [
-        ("n_full", "    n_full = tl.minimum(seq // BLOCK_N * BLOCK_N, (start_m * BLOCK_M + 1) // BLOCK_N * BLOCK_N)")
-    ],
+    "n_full without + 1 (blocks are powers of two)": {"n_full": "n_full = start_m * BLOCK_M // BLOCK_N * BLOCK_N"},
+    "end rounded up to a block": {"end": "end = tl.cdiv(tl.minimum(seq, (start_m + 1) * BLOCK_M), BLOCK_N) * BLOCK_N"},
+    "n_full bounded by the whole blocks": {
+        "n_full": "n_full = tl.minimum(seq // BLOCK_N * BLOCK_N, (start_m * BLOCK_M + 1) // BLOCK_N * BLOCK_N)"
+    },
 }
 
 
@@ -679,11 +606,13 @@ def _kernel(src: str, tmp_path: Path, name: str):
     return _module_from(src, tmp_path, name).my_causal_kernel
 
 
-def _wrong_72(changes) -> str:
+def _wrong_72(changes: dict) -> str:
+    """RIGHT_72 with solution lines (SOLUTION_LINES' keys) changed to the text given, at their indent ("": blank)."""
     src = RIGHT_72
-    for which, line in changes:
-        assert SOLUTION_LINES[which] in src
-        src = src.replace(SOLUTION_LINES[which], line)
+    for which, line in changes.items():
+        old = SOLUTION_LINES[which]
+        assert old in src
+        src = src.replace(old, (old[: len(old) - len(old.lstrip())] + line) if line else "")
     return src
 
 
@@ -720,7 +649,7 @@ def test_checker_7_2_right(capsys, tmp_path):
 
 
 def test_checker_7_2_right_without_the_redundant_bound(capsys, tmp_path):
-    src = _wrong_72([("keep", "        keep = cols[None, :] <= offs_m[:, None]")])
+    src = _wrong_72({"keep": "keep = cols[None, :] <= offs_m[:, None]"})
     _assert(_verdict(capsys, lesson07_exercises.check_7_2, _kernel(src, tmp_path, "k72_right2")), "correct")
 
 
@@ -742,7 +671,7 @@ def causal_bounds(start_m, seq, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
 @pytest.mark.parametrize("end,verdict", [("tl.minimum(seq, (start_m + 1) * BLOCK_M)", "correct"), ("seq", "wrong")])
 def test_checker_7_2_bounds_from_a_helper_function(capsys, tmp_path, end, verdict):
     """Bounds computed by a @triton.jit function of the learner's are read all the same."""
-    src = _wrong_72([("n_full", "    n_full, end = causal_bounds(start_m, seq, BLOCK_M, BLOCK_N)"), ("end", "")])
+    src = _wrong_72({"n_full": "n_full, end = causal_bounds(start_m, seq, BLOCK_M, BLOCK_N)", "end": ""})
     kernel = _kernel(BOUNDS_HELPER.format(end=end) + src, tmp_path, f"k72_helper_{verdict}")
     _assert(
         _verdict(capsys, lesson07_exercises.check_7_2, kernel),
@@ -834,20 +763,36 @@ WRONG_7_3 = {
 }
 
 
-def test_checker_7_3_right(capsys):
-    _assert(_verdict(capsys, lesson07_exercises.check_7_3, combine_answer), "correct")
+# ---- 7.1 and 7.3: the right answer, the untouched template, the wrong answers ---------------------
+
+#: exercise -> (its checker, the right answer, the first line of the notebook's template, the wrong answers)
+PYTHON_EXERCISES = {
+    "7.1": (lesson07_exercises.check_7_1, _ca_right, "def causal_attention", WRONG_7_1),
+    "7.3": (lesson07_exercises.check_7_3, combine_answer, "def combine", WRONG_7_3),
+}
 
 
-def test_checker_7_3_untouched_template(capsys):
+@pytest.mark.parametrize("ex", PYTHON_EXERCISES)
+def test_checker_right(capsys, ex):
+    checker, right, _, _ = PYTHON_EXERCISES[ex]
+    _assert(_verdict(capsys, checker, right), "correct")
+
+
+@pytest.mark.parametrize("ex", PYTHON_EXERCISES)
+def test_checker_untouched_template(capsys, ex):
+    checker, _, template, _ = PYTHON_EXERCISES[ex]
     ns = {}
-    exec(_notebook_code("def combine"), ns)
-    _assert(_verdict(capsys, lesson07_exercises.check_7_3, ns["combine"]), "not yet")
+    exec(_notebook_code(template), ns)
+    _assert(_verdict(capsys, checker, ns[template.removeprefix("def ")]), "not yet")
+    _assert(_verdict(capsys, checker, None), "not yet")
+    _assert(_verdict(capsys, checker, lambda *args: ...), "not yet")
 
 
-@pytest.mark.parametrize("case", WRONG_7_3, ids=list(WRONG_7_3))
-def test_checker_7_3_wrong_answers_get_hints(capsys, case):
-    fn, hint = WRONG_7_3[case]
-    _assert(_verdict(capsys, lesson07_exercises.check_7_3, fn), "wrong", hint)
+@pytest.mark.parametrize("ex, case", [(ex, case) for ex, (*_, wrong) in PYTHON_EXERCISES.items() for case in wrong])
+def test_checker_wrong_answers_get_hints(capsys, ex, case):
+    checker, _, _, wrong = PYTHON_EXERCISES[ex]
+    fn, hint = wrong[case]
+    _assert(_verdict(capsys, checker, fn), "wrong", hint)
 
 
 def test_checker_7_3_other_wrong_answers(capsys):

@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib
 import json
 import math
-import re
 import sys
 from pathlib import Path
 
@@ -20,7 +19,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl  # noqa: F401  (the generated kernels' module uses it)
-from checking import _untouched, status, verdict
+from checking import _untouched, assert_solutions_correct, status, verdict
 
 import helpers
 from helpers import data, lesson08
@@ -462,23 +461,18 @@ def _cells(notebook=NOTEBOOK):
     return json.loads(notebook.read_text())["cells"]
 
 
-def test_the_notebooks_solutions_are_correct(capsys, tmp_path, monkeypatch):
+def test_the_notebooks_solutions_are_correct(capsys, tmp_path):
     """The code of each `solution` cell of the lesson, run through its checker."""
-    blocks = []
-    for c in _cells():
-        if "solution" in c.get("metadata", {}).get("tags", []):
-            blocks += re.findall(r"```python\n(.*?)```", "".join(c["source"]), re.S)
-    assert len(blocks) == 3
-    header = "import torch\nimport triton\nimport triton.language as tl\n\n"
-    (tmp_path / "lesson08_solutions.py").write_text(header + "\n\n".join(blocks))  # Triton reads kernels' source
-    monkeypatch.syspath_prepend(str(tmp_path))
-    sol = importlib.import_module("lesson08_solutions")
-    for checker, fn in (
-        (lesson08.check_8_1, sol.log_softmax_backward),
-        (lesson08.check_8_2, sol.backward_tile_kernel),
-        (lesson08.check_8_3, sol.cross_entropy_grad),
-    ):
-        assert status(verdict(capsys, checker, fn)).startswith("correct")
+    assert_solutions_correct(
+        capsys,
+        "08",
+        tmp_path,
+        {
+            "log_softmax_backward": lesson08.check_8_1,
+            "backward_tile_kernel": lesson08.check_8_2,
+            "cross_entropy_grad": lesson08.check_8_3,
+        },
+    )
 
 
 def test_no_kernel_answer_on_screen_above_the_checker_of_8_2():

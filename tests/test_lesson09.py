@@ -12,7 +12,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from checking import _raises, _untouched, status, variant, verdict
+from checking import _raises, _untouched, assert_solutions_correct, status, variant, verdict
 
 import helpers  # noqa: F401  (first: interpreter or GPU)
 from helpers import lesson09, lesson09_exercises
@@ -277,25 +277,11 @@ def test_every_mistake_of_9_2_changes_some_position():
         ), mistake
 
 
-def test_the_notebooks_solutions_are_correct(capsys, tmp_path, monkeypatch):
+def test_the_notebooks_solutions_are_correct(capsys, tmp_path):
     """The code of each `solution` cell of the lesson, run through its checker."""
-    import importlib
-    import json
-    import re
-    from pathlib import Path
-
-    nb = json.loads((Path(__file__).resolve().parent.parent / "notebooks" / "09_vocab_sampling.ipynb").read_text())
-    blocks = []
-    for c in nb["cells"]:
-        if "solution" in c.get("metadata", {}).get("tags", []):
-            blocks += re.findall(r"```python\n(.*?)```", "".join(c["source"]), re.S)
-    assert len(blocks) == 2
-    header = "import torch\nimport triton\nimport triton.language as tl\n\n"
-    (tmp_path / "lesson09_solutions.py").write_text(header + "\n\n".join(blocks))  # Triton reads kernels' source
-    monkeypatch.syspath_prepend(str(tmp_path))
-    sol = importlib.import_module("lesson09_solutions")
-    assert status(verdict(capsys, lesson09_exercises.check_9_1, sol.merge)).startswith("correct")
-    assert status(verdict(capsys, lesson09_exercises.check_9_2, sol.sample_step_kernel)).startswith("correct")
+    assert_solutions_correct(
+        capsys, "09", tmp_path, {"merge": lesson09_exercises.check_9_1, "sample_step_kernel": lesson09_exercises.check_9_2}
+    )
 
 
 # --------------------------------------------------------------------------------------------

@@ -82,6 +82,13 @@ def where(path, i, cell) -> str:
     return f"{path.name} cell {i} ({head[0][:60] if head else 'empty'!r})"
 
 
+def outputs(path):
+    """(where the cell is, the cell, a text) for every text that the outputs of the notebook's code cells hold."""
+    for i, cell in code_cells(load(path)):
+        for text in output_texts(cell):
+            yield where(path, i, cell), cell, text
+
+
 notebooks = pytest.mark.parametrize("path", NOTEBOOKS, ids=_nb_id)
 lessons = pytest.mark.parametrize("path", LESSONS, ids=_nb_id)
 deep_dives = pytest.mark.parametrize("path", DEEP_DIVES, ids=_nb_id)
@@ -160,37 +167,28 @@ def test_no_error_outputs(path):
 
 @notebooks
 def test_outputs_hold_no_machine_paths(path):
-    nb = load(path)
-    for i, cell in code_cells(nb):
-        for text in output_texts(cell):
-            m = MACHINE_PATHS.search(text)
-            assert not m, (
-                f"{where(path, i, cell)} output shows a machine path {m.group(0)!r}: {text[max(0, m.start() - 60) : m.end() + 60]!r}"
-            )
+    for at, _, text in outputs(path):
+        m = MACHINE_PATHS.search(text)
+        assert not m, (
+            f"{at} output shows a machine path {m.group(0)!r}: {text[max(0, m.start() - 60) : m.end() + 60]!r}"
+        )
 
 
 @notebooks
 def test_outputs_come_from_the_cpu_path(path):
     """Outputs stored in the repository come from the CPU run (a GPU run must not be committed)."""
-    nb = load(path)
-    for i, cell in code_cells(nb):
-        for text in output_texts(cell):
-            m = GPU_TEXT.search(text)
-            if m and "nbval-ignore-output" not in tags(cell):
-                pytest.fail(
-                    f"{where(path, i, cell)} output looks like a GPU run ({m.group(0)!r}): "
-                    f"re-execute on the CPU (`make execute`)"
-                )
-            assert "device='cuda" not in text and "cuda:0" not in text, where(path, i, cell)
+    for at, cell, text in outputs(path):
+        m = GPU_TEXT.search(text)
+        if m and "nbval-ignore-output" not in tags(cell):
+            pytest.fail(f"{at} output looks like a GPU run ({m.group(0)!r}): re-execute on the CPU (`make execute`)")
+        assert "device='cuda" not in text and "cuda:0" not in text, at
 
 
 @notebooks
 def test_no_figure_reprs_in_outputs(path):
-    nb = load(path)
-    for i, cell in code_cells(nb):
-        for text in output_texts(cell):
-            assert "<Figure size" not in text, f"{where(path, i, cell)}: display figures with helpers.plots.show(fig)"
-            assert not re.search(r"<matplotlib\.\w+", text), f"{where(path, i, cell)} stores a matplotlib repr"
+    for at, _, text in outputs(path):
+        assert "<Figure size" not in text, f"{at}: display figures with helpers.plots.show(fig)"
+        assert not re.search(r"<matplotlib\.\w+", text), f"{at} stores a matplotlib repr"
 
 
 @notebooks
@@ -204,23 +202,19 @@ def test_no_nbval_comment_markers(path):
 @notebooks
 def test_no_timings_in_untagged_outputs(path):
     """Timings differ on every run: cells that print them carry the nbval-ignore-output tag."""
-    nb = load(path)
-    for i, cell in code_cells(nb):
+    for at, cell, text in outputs(path):
         if tags(cell) & {"nbval-ignore-output", "nbval-skip"}:
             continue
-        for text in output_texts(cell):
-            for line in text.splitlines():
-                if TIMING_NUMBER.search(line) and TIMING_WORD.search(line):
-                    pytest.fail(f"{where(path, i, cell)} prints a timing without the nbval-ignore-output tag: {line!r}")
+        for line in text.splitlines():
+            if TIMING_NUMBER.search(line) and TIMING_WORD.search(line):
+                pytest.fail(f"{at} prints a timing without the nbval-ignore-output tag: {line!r}")
 
 
 @notebooks
 def test_no_memory_addresses_or_object_reprs(path):
     """Addresses change per run (nbval sanitizes 0x..., but the HTML would show them)."""
-    nb = load(path)
-    for i, cell in code_cells(nb):
-        for text in output_texts(cell):
-            assert not re.search(r" at 0x[0-9a-fA-F]{6,}", text), f"{where(path, i, cell)} prints an object address"
+    for at, _, text in outputs(path):
+        assert not re.search(r" at 0x[0-9a-fA-F]{6,}", text), f"{at} prints an object address"
 
 
 @notebooks

@@ -32,12 +32,11 @@ import { createHash, randomBytes } from "node:crypto";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { chromium } from "playwright-core";
+import { launchOffline } from "./offline_chromium.mjs";
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..", "..");
 const VENV_PY = path.join(ROOT, ".venv", "bin", "python");
 const PYTHON = process.env.LAB_PYTHON || (existsSync(VENV_PY) ? VENV_PY : "python3");
-const CHROMIUM = process.env.CHROMIUM || "/usr/bin/chromium";
 const NB_TIMEOUT = Number(process.env.LAB_NOTEBOOK_TIMEOUT_S || 240) * 1000;
 const TOTAL_TIMEOUT = Number(process.env.LAB_TOTAL_TIMEOUT_S || 1500) * 1000;
 const SCREENSHOTS = process.env.LAB_SCREENSHOTS || "";
@@ -164,20 +163,7 @@ before(async () => {
   assert.match(cmd, /-m jupyterlab .*--no-browser/, `the server's command: ${cmd}`);
   assert.equal(/--allow-root/.test(cmd), process.getuid?.() === 0, `--allow-root exactly when root: ${cmd}`);
 
-  context = await chromium.launchPersistentContext(dirs.chromium, { // a fresh profile
-    executablePath: CHROMIUM,
-    headless: true,
-    viewport: { width: 1400, height: 1000 },
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-           "--disable-background-networking", "--disable-component-update", "--disable-sync",
-           "--disable-dev-shm-usage"],
-  });
-  context.setDefaultTimeout(UI_TIMEOUT);
-  await context.route("**/*", (route) => {
-    const u = new URL(route.request().url());
-    if (["data:", "blob:"].includes(u.protocol) || ["127.0.0.1", "localhost"].includes(u.hostname)) return route.continue();
-    return route.abort("blockedbyclient");
-  });
+  context = await launchOffline(dirs.chromium, UI_TIMEOUT); // a fresh profile; requests to other hosts aborted
   // log in once: the token in the URL sets the login cookie for the other pages
   const page = await context.newPage();
   const resp = await page.goto(`${base}/lab?token=${token}`);

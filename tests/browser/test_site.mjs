@@ -18,10 +18,9 @@ import { mkdtemp, readdir, readFile, rm, stat, mkdir } from "node:fs/promises";
 import { existsSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
-import { chromium } from "playwright-core";
+import { LOCAL_HOSTS, launchOffline } from "./offline_chromium.mjs";
 
 const SITE = path.resolve(process.env.SITE_DIR || "_site");
-const CHROMIUM = process.env.CHROMIUM || "/usr/bin/chromium";
 const SCREENSHOTS = process.env.SCREENSHOTS || "";
 const TIMEOUT = 30_000;
 
@@ -69,28 +68,13 @@ function serve(root) {
 }
 
 let server, context, profile, base;
-const LOCAL_HOSTS = new Set(["127.0.0.1", "localhost", "[::1]"]);
 const checked = new Map(); // url -> status, for the links checked once
 
 before(async () => {
   server = await serve(SITE);
   base = `http://127.0.0.1:${server.address().port}/`;
   profile = await mkdtemp(path.join(tmpdir(), "course-chromium-"));
-  context = await chromium.launchPersistentContext(profile, {
-    executablePath: CHROMIUM,
-    headless: true,
-    viewport: { width: 1400, height: 1000 },
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-           "--disable-background-networking", "--disable-component-update", "--disable-sync",
-           "--disable-dev-shm-usage"],
-  });
-  context.setDefaultTimeout(TIMEOUT);
-  // Requests for another host never leave this machine: aborted here (and reported by openPage).
-  await context.route("**/*", (route) => {
-    const u = new URL(route.request().url());
-    if (u.protocol === "data:" || u.protocol === "blob:" || LOCAL_HOSTS.has(u.hostname)) return route.continue();
-    return route.abort("blockedbyclient");
-  });
+  context = await launchOffline(profile, TIMEOUT); // requests to another host are aborted, and reported by openPage
   if (SCREENSHOTS) await mkdir(SCREENSHOTS, { recursive: true });
 });
 
