@@ -643,6 +643,9 @@ def test_checker_7_2_right(capsys, tmp_path):
     lesson07_exercises.check_7_2(kernel)
     out = capsys.readouterr().out.strip().splitlines()
     _assert(out[0], "correct")
+    if helpers.ON_GPU:  # the bytes are counted by the interpreter: no traffic line on a GPU
+        assert len(out) == 1, out
+        return
     # attention's traffic line: K and V read once per block of queries, and the time only a floor (its matmuls set it)
     assert out[1].startswith("Traffic: your kernel reads its input") and "at least" in out[1], out
     assert out[1].endswith("the bytes give only a floor."), out
