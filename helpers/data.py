@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .gpu_data import DATA_DIR, SPREAD_LIMIT
+from .gpu_data import DATA_DIR, SPREAD_LIMIT, split_header
 
 __all__ = ["load", "frame", "provenance", "gpu", "show", "noisy", "SPREAD_LIMIT", "DATA_DIR"]
 
@@ -54,14 +54,8 @@ def load(name: str, gpu: str | None = None) -> pd.DataFrame:
     triton, date, commit, command) and ``df.attrs["source"]`` names the file.
     """
     path = _path(name, gpu)
-    meta, body = {}, []
-    for line in path.read_text().splitlines():
-        if line.startswith("# ") and not body:
-            k, _, v = line[2:].partition(": ")
-            meta[k.strip()] = v.strip()
-        elif line.strip():
-            body.append(line)
-    df = pd.read_csv(io.StringIO("\n".join(body)))
+    meta, body = split_header(path.read_text())
+    df = pd.read_csv(io.StringIO(body))
     df.attrs["provenance"] = meta
     df.attrs["source"] = path.name
     return df

@@ -76,14 +76,17 @@ def provenance(command: str = "") -> dict:
     }
 
 
-def provenance_line(meta: dict) -> str:
-    """One sentence naming where recorded numbers came from."""
-    return (
-        f"Recorded on {meta.get('gpu', '?')} (driver {meta.get('driver', '?')}), torch {meta.get('torch', '?')}, "
-        f"Triton {meta.get('triton', '?')}, {meta.get('date', '?')}, commit {meta.get('commit', '?')}"
-        + (f", by `{meta['command']}`" if meta.get("command") else "")
-        + "."
-    )
+def split_header(text: str) -> tuple[dict, str]:
+    """A recording's ``# key: value`` header lines (its provenance, as ``write_csv`` writes them) and the CSV
+    below them: the one reader of the header, for ``read_csv`` here and ``helpers.data.load``."""
+    meta, body = {}, []
+    for line in text.splitlines():
+        if line.startswith("# ") and not body:
+            k, _, v = line[2:].partition(": ")
+            meta[k.strip()] = v.strip()
+        elif line.strip():
+            body.append(line)
+    return meta, "\n".join(body)
 
 
 def write_csv(path, rows: list[dict], meta: dict) -> Path:
@@ -124,14 +127,8 @@ def read_csv(name_or_path) -> tuple[list[dict], dict]:
             f"no recorded data at figures/data/{p.name}: it is written by a GPU run "
             f"(see the README's 'Recording GPU data')."
         )
-    meta, body = {}, []
-    for line in p.read_text().splitlines():
-        if line.startswith("# ") and not body:
-            k, _, v = line[2:].partition(": ")
-            meta[k.strip()] = v.strip()
-        elif line.strip():
-            body.append(line)
-    rows = [{k: _convert(v) for k, v in r.items()} for r in csv.DictReader(io.StringIO("\n".join(body)))]
+    meta, body = split_header(p.read_text())
+    rows = [{k: _convert(v) for k, v in r.items()} for r in csv.DictReader(io.StringIO(body))]
     return rows, meta
 
 

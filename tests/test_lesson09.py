@@ -280,7 +280,10 @@ def test_every_mistake_of_9_2_changes_some_position():
 def test_the_notebooks_solutions_are_correct(capsys, tmp_path):
     """The code of each `solution` cell of the lesson, run through its checker."""
     assert_solutions_correct(
-        capsys, "09", tmp_path, {"merge": lesson09_exercises.check_9_1, "sample_step_kernel": lesson09_exercises.check_9_2}
+        capsys,
+        "09",
+        tmp_path,
+        {"merge": lesson09_exercises.check_9_1, "sample_step_kernel": lesson09_exercises.check_9_2},
     )
 
 

@@ -260,7 +260,11 @@ def test_gpu_data_round_trip(tmp_path, monkeypatch):
     assert gpu_data.read_csv(tmp_path / "sub" / "bench_test") == (back, meta_back)
 
 
-def test_gpu_data_provenance_line():
+def test_a_recordings_header_is_read_once_for_both_readers(tmp_path):
+    """gpu_data.read_csv (rows of dicts) and data.load (a DataFrame) read the header through one function: the same
+    provenance, the same rows, and data.provenance's line names what a lesson prints."""
+    from helpers import data
+
     meta = {
         "gpu": "NVIDIA H100 80GB HBM3",
         "driver": "550.54",
@@ -270,11 +274,15 @@ def test_gpu_data_provenance_line():
         "commit": "abc1234",
         "command": "make bench",
     }
-    line = gpu_data.provenance_line(meta)
-    for v in meta.values():
-        assert v in line
-    assert line.endswith(".") and "\n" not in line
-    assert gpu_data.provenance_line({}).startswith("Recorded on ?")
+    path = gpu_data.write_csv(tmp_path / "rec.csv", [{"N": 256, "ms": 0.5}, {"N": 512, "ms": 1.25}], meta)
+    rows, got = gpu_data.read_csv(path)
+    df = data.load(str(path))
+    assert got == meta == df.attrs["provenance"] and rows == df.to_dict("records")
+    assert gpu_data.split_header("# a: 1\n# b: x: y\nN,ms\n1,2\n") == ({"a": "1", "b": "x: y"}, "N,ms\n1,2")
+    line = data.provenance(df)
+    for key in ("gpu", "driver", "torch", "triton", "date", "command"):
+        assert meta[key] in line
+    assert line.startswith("rec.csv: ") and line.endswith(".") and "\n" not in line
 
 
 def test_gpu_data_errors(tmp_path):
