@@ -34,24 +34,10 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 #: Largest abs error allowed against the float64 reference, by dtype (before anything is timed).
 CHECK_ATOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2, torch.float64: 1e-12}
 
+#: The timed columns of a measured shape (NaN for a provider that failed its check).
+TIMED = ("ms", "graph_ms", "host_us", "gbps", "graph_gbps", "frac_of_copy", "graph_frac", "spread", "graph_spread")
 #: The CSV columns of a measured shape.
-COLUMNS = (
-    "dtype",
-    "M",
-    "N",
-    "provider",
-    "ms",
-    "graph_ms",
-    "host_us",
-    "gbps",
-    "graph_gbps",
-    "frac_of_copy",
-    "graph_frac",
-    "spread",
-    "graph_spread",
-    "max_err",
-    "status",
-)
+COLUMNS = ("dtype", "M", "N", "provider", *TIMED, "max_err", "status")
 
 
 def require_gpu(what: str = "this measurement") -> None:
@@ -256,22 +242,7 @@ def measure_shape(
                 host_us=host_us(lambda fn=fns[name]: fn(x)) if host else float("nan"),
             )
         else:
-            row.update(
-                {
-                    k: float("nan")
-                    for k in (
-                        "ms",
-                        "graph_ms",
-                        "host_us",
-                        "gbps",
-                        "graph_gbps",
-                        "frac_of_copy",
-                        "graph_frac",
-                        "spread",
-                        "graph_spread",
-                    )
-                }
-            )
+            row.update(dict.fromkeys(TIMED, float("nan")))
         out_rows.append({k: row[k] for k in COLUMNS})
     del x, y, ref
     torch.cuda.empty_cache()
