@@ -13,6 +13,7 @@ import torch
 import triton
 import triton.language as tl
 from checking import _raises, _untouched, assert_solutions_correct, status, variant, verdict
+from compiling import compile_report
 
 import helpers  # noqa: F401  (first: interpreter or GPU)
 from helpers import lesson09, lesson09_exercises
@@ -507,3 +508,45 @@ def test_the_lane_figure_draws_every_cell_and_outlines_each_maximum():
         assert len(bold) == len(ex["candidates"])
     finally:
         plt.close(fig)
+
+
+# --------------------------------------------------------------------------------------------
+# The lesson's own kernels, compiled as on a GPU
+# --------------------------------------------------------------------------------------------
+COMPILE_THE_LESSONS_KERNELS = r"""
+import json, sys
+import torch
+torch.cuda.is_available = lambda: True  # helpers decorates its kernels for compilation, as on a GPU
+import helpers
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+nb = json.load(open(sys.argv[1]))
+cells = [c["source"] for c in nb["cells"] if c["cell_type"] == "code" and "@triton.jit" in c["source"]]
+with open(sys.argv[2] + "/lesson09_kernels.py", "w") as f:
+    f.write("import torch\nimport triton\nimport triton.language as tl\n\n" + "\n\n".join(cells))
+sys.path.insert(0, sys.argv[2])
+import lesson09_kernels as L
+
+SLICE = {"stats_ptr": "*fp32", "keys_ptr": "*i64", "x_ptr": "*fp32", "x_row_stride": "i32", "x_col_stride": "i32",
+         "n_cols": "i32", "slice_len": "i32", "n_slices": "i32", "K": "constexpr", "BLOCK": "constexpr"}
+MERGE = {"p_ptr": "*fp32", "idx_ptr": "*i64", "stats_ptr": "*fp32", "keys_ptr": "*i64", "n_slices": "i32", "k": "i32",
+         "K": "constexpr", "SLICES": "constexpr"}
+done = []
+for fn, sig, const in [(L.topk_slice_kernel, SLICE, {"K": 64, "BLOCK": 1024}),
+                       (L.topk_merge_kernel, MERGE, {"K": 64, "SLICES": 4})]:
+    triton.compile(ASTSource(fn=fn, signature=sig, constexprs=const), target=GPUTarget("cuda", 90, 32))
+    done.append(fn.__name__)
+print(json.dumps(done))
+"""
+
+
+def test_the_lessons_two_kernels_compile_for_a_gpu(tmp_path):
+    """The lesson's topk_slice_kernel and topk_merge_kernel, as its cells write them, compiled for sm_90 by the
+    installed Triton without a GPU: a compiled kernel may read a global only if it is a tl.constexpr (the
+    interpreter reads any), which the lesson's SORT must be."""
+    from pathlib import Path
+
+    nb = Path(__file__).resolve().parent.parent / "notebooks" / "09_vocab_sampling.ipynb"
+    assert compile_report(COMPILE_THE_LESSONS_KERNELS, nb, tmp_path, []) == ["topk_slice_kernel", "topk_merge_kernel"]
