@@ -115,7 +115,6 @@ def _compile(L: Launch, tensors: list) -> tuple:
     """``L`` compiled for these pointer tensors: (its raw launcher, the 3-D grid, the arguments after the
     pointers: the scalars, then the constexprs, which the launcher takes by position)."""
     compiled = L.kernel.warmup(*tensors, *L.args, grid=L.grid, **L.constexprs, **L.options())
-    compiled._init_handles()
     names = list(L.kernel.arg_names)[len(L.ptrs) + len(L.args) :]
     if any(n not in L.constexprs for n in names):
         raise TypeError(f"{L.kernel.__name__}: parameters {names} after the scalar arguments must all be constexprs")

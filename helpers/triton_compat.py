@@ -46,6 +46,7 @@ def raw_launcher(compiled) -> Callable:
     generates a launcher per kernel that takes the arguments one by one; from 3.7 one launcher serves
     every kernel and takes them as a tuple, with the kernel's signature. TypeError or AttributeError
     when the kernel needs scratch memory or this Triton's launcher differs (use ``kernel[grid](...)`` then)."""
+    compiled._init_handles()  # load the kernel onto the GPU (Triton does it at the first launch)
     run = compiled.run
     if getattr(run, "global_scratch_size", 0) or getattr(run, "profile_scratch_size", 0):
         raise TypeError("kernel needs scratch memory")  # the plain launch path allocates it

@@ -237,7 +237,7 @@ run = nvd.CudaLauncher(src, ck.metadata)
 run.launch = record
 packed = ("packed metadata",)
 run(5, 1, 1, 777, 1234, packed, None, None, None, 111, 222, 300, 64)  # as Triton's JIT calls it
-ns["raw_launcher"](types.SimpleNamespace(run=run, function=1234, packed_metadata=packed))(5, 1, 1, 777, 111, 222, 300, 64)
+ns["raw_launcher"](types.SimpleNamespace(run=run, function=1234, packed_metadata=packed, _init_handles=lambda: None))(5, 1, 1, 777, 111, 222, 300, 64)
 print(json.dumps({"calls": [repr(c) for c in calls]}))
 """
 
