@@ -19,6 +19,7 @@ from __future__ import annotations
 import _thread
 import math
 import re
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -235,10 +236,13 @@ FUNCTION_TIMEOUT = 60.0
 
 class _Watchdog:
     """Interrupts the main thread (``_thread.interrupt_main``) once ``limit`` seconds have passed,
-    then every second until the call returns; ``fired`` tells its interrupt from the user's own."""
+    then every second until the call returns; ``fired`` tells its interrupt from the user's own. Where
+    SIGINT is ignored (a process started in the background by a script, or under ``nohup``), the interrupt
+    would do nothing: Python's own handler is put in place for the call, and the old one back after it."""
 
     def __init__(self, limit: float):
         self.limit, self.fired, self.done, self.fires = limit, False, False, 0
+        self._handler = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -257,6 +261,8 @@ class _Watchdog:
                 return
 
     def __enter__(self):
+        if signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, signal.SIG_DFL):
+            self._handler = signal.signal(signal.SIGINT, signal.default_int_handler)
         self._thread.start()
         return self
 
@@ -272,6 +278,8 @@ class _Watchdog:
                     time.sleep(0.01)
             except KeyboardInterrupt:
                 pass
+        if self._handler is not None:
+            signal.signal(signal.SIGINT, self._handler)
         return False
 
 

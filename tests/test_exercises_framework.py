@@ -282,6 +282,42 @@ def test_expect_close_says_where_a_nan_is():
 # ------------------------------------------------------------------------------------------
 
 
+IGNORING_SIGINT = r"""
+import signal, sys, time
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a script's background job or nohup leaves it
+import helpers
+from helpers import exercises as ex
+
+def hangs(x):
+    while True:
+        x = x + 1
+
+t0 = time.perf_counter()
+try:
+    ex.call_attempt(hangs, 1, timeout=1.0)
+except ex.Wrong as e:
+    print("stopped:", str(e).splitlines()[0], round(time.perf_counter() - t0))
+print("SIGINT ignored again:", signal.getsignal(signal.SIGINT) is signal.SIG_IGN)
+"""
+
+
+def test_the_time_limit_holds_where_sigint_is_ignored():
+    """A process that inherited SIGINT ignored (started in the background by a script, or under nohup): the
+    watchdog's interrupt would do nothing, and a function that never returns would hang the check. The time
+    limit puts Python's handler in place for the call, stops it, and leaves the signal as it found it."""
+    import os
+    import subprocess
+    import sys
+
+    r = subprocess.run(
+        [sys.executable, "-c", IGNORING_SIGINT], capture_output=True, text=True, timeout=60, env=os.environ.copy()
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = r.stdout.strip().splitlines()
+    assert lines[0].startswith("stopped: your function did not finish within 1 s") and int(lines[0].split()[-1]) < 5
+    assert lines[1] == "SIGINT ignored again: True"
+
+
 def test_a_function_that_does_not_return_is_stopped(capsys):
     def hangs(x):
         while True:
