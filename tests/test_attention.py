@@ -585,7 +585,7 @@ import triton, triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 src = open(sys.argv[1]).read()
-start, end = src.index("@triton.jit\ndef attention_block_update"), src.index("#: Head dims the kernel takes")
+start, end = src.index("@triton.jit\ndef attention_block_update"), src.index("from helpers.kernels.attention_checks")
 path = os.path.join(sys.argv[2], "attention_kernel_only.py")
 open(path, "w").write("import triton\nimport triton.language as tl\n\n" + src[start:end])
 sys.path.insert(0, sys.argv[2])
