@@ -485,7 +485,7 @@ def plot_lanes(example=None):
 def _fixed_cost_figure():
     """09_fixed_cost from the two recordings, the dashed line at the median above one read over every shape at 64
     and 256 rows. The lesson's cell leaves out shapes whose rounds spread over 10% (these recordings have none), so
-    the two lines agree while no shape is noisy; test_claims_lesson09 quotes the cell's."""
+    the two lines agree while no shape is noisy; the text quotes the cell's (its `claims`)."""
     recordings = {"H100": data.load("sampling", gpu="h100"), "H200": data.load("sampling", gpu="h200")}
     us = (
         pd.concat([b.assign(gpu=g) for g, b in recordings.items()])

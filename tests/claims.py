@@ -1,9 +1,7 @@
-"""What the claim tests share: the prose of a lesson, to check that a number it quotes is the
-number its data give.
+"""Reading a lesson's notebook in its tests: its prose, and the one markdown or code cell that holds a phrase.
 
-A lesson derives each number its prose relies on in a visible cell; its claim test
-(``tests/test_claims_lessonNN.py``) derives the same number from ``figures/data/`` with the same
-pandas lines and checks that the markdown quotes it, so prose and data cannot drift apart.
+The numbers the prose quotes are checked by tests/test_claims.py, against the lesson's own ``claims`` dict; these
+helpers serve the tests of what the lessons' cells and text say otherwise (structure, code, wording).
 """
 
 from __future__ import annotations
@@ -32,12 +30,6 @@ def cell_with(lesson: str, phrase: str) -> str:
     hits = [c for c in cells if phrase in c]
     assert len(hits) == 1, f"{lesson}: expected one markdown cell containing {phrase!r}, found {len(hits)}"
     return hits[0]
-
-
-def quotes(text: str, value: float | int | str, fmt: str = "{:.2f}") -> None:
-    """Assert that ``text`` quotes ``value`` as ``fmt`` renders it."""
-    shown = value if isinstance(value, str) else fmt.format(value)
-    assert shown in text, f"the prose should quote {shown} (from the data), but it does not:\n{text[:600]}"
 
 
 def code_cell_with(lesson: str, phrase: str) -> str:

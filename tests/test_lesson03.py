@@ -17,6 +17,7 @@ import torch
 import triton
 import triton.language as tl
 from checking import _raises, _untouched, assert_checker_contract, assert_figure, status, variant, verdict
+from claims import cell_with, code_cell_with, notebook, prose
 
 import helpers
 from helpers import data, lesson03, lesson03_exercises
@@ -139,6 +140,79 @@ def test_bandwidth_figure_takes_a_live_frame():
 
 def test_figure_names_are_prefixed_by_their_lesson():
     assert lesson03.FIGURES and all(k.startswith("03_") for k in lesson03.FIGURES)
+
+
+# --------------------------------------------------------------------------------------------
+# The notebook's code and prose (the numbers its text quotes are its `claims`: tests/test_claims.py)
+# --------------------------------------------------------------------------------------------
+
+
+def test_the_core_uses_only_what_lessons_01_to_03_taught():
+    """No plan, launch object or wrapper of the library, and no provider or recording of a later lesson."""
+    code = "\n".join("".join(c["source"]) for c in notebook("03")["cells"] if c["cell_type"] == "code")
+    for name in (
+        "Plan",
+        "Launch",
+        "RowWise",
+        "ncu",
+        "online",
+        "persistent",
+        "liger",
+        "triton_tutorial",
+        "'softmax'",
+        "MAX_FUSED_COLS",
+    ):
+        assert name not in code, name
+    launch = code_cell_with("03", "def fused_softmax(x):")
+    assert "softmax_fused_kernel[(M,)](y, x, x.stride(0), x.stride(1), y.stride(0), N," in launch
+    cells = notebook("03")["cells"]
+    first_launch = next(i for i, c in enumerate(cells) if "softmax_fused_kernel[(M,)]" in "".join(c["source"]))
+    exercise = next(i for i, c in enumerate(cells) if "".join(c["source"]).startswith("## Exercise 3.2"))
+    assert first_launch < exercise
+    assert "counting(x=x, y=y)" in code_cell_with("03", "counting(x=x, y=y)")  # the interpreter counts the bytes
+
+
+def test_the_core_prints_one_short_provenance_line_for_the_sweep():
+    """The rows the core reads (float32, M = 4096, N <= 32768; copy, naive, torch.softmax, fused) are the first
+    sweep's: every later re-run the file's date names is of other rows, so the core prints that sweep's date."""
+    meta = data.load("bench", gpu="h100").attrs["provenance"]
+    first, later = meta["date"].split(" (", 1)
+    assert later.startswith("some cells re-run until") and later.endswith(": notes)"), later
+    reruns = meta["notes"].split("Dates and commits of the re-runs: ", 1)[1].split("; ")
+    assert len(reruns) == 3 and all(
+        part.startswith(("long rows", "their split_coop and softmax rows", "softmax at")) for part in reruns
+    ), reruns
+    code = code_cell_with("03", 'bench = data.load("bench", gpu="h100")')
+    assert 'meta["date"].split(" (")[0]' in code
+    out = next(
+        "".join(o.get("text", ""))
+        for c in notebook("03")["cells"]
+        if c["cell_type"] == "code" and 'bench = data.load("bench", gpu="h100")' in "".join(c["source"])
+        for o in c["outputs"]
+    )
+    assert first in out and "(notes)" not in out and len(out.strip()) < 200 and out.count("\n") == 1, out
+
+
+def test_the_flow_table_restates_no_speed_up():
+    """'Why more than four times?': each version's own bytes per second against the copy's, up to N = 16384 (the copy
+    at N = 32768 was slow in GPU time); no column that restates the measured speed-up."""
+    code = code_cell_with("03", "flow = pd.DataFrame(")
+    assert ".loc[:16384]" in code and "speed-up" not in code and "graph_ms" not in code
+    assert "N = 32768$ is left out" in cell_with("03", "### Why more than four times?")
+
+
+def test_the_limits_are_medians_of_three_rounds():
+    """fused_limits.csv was recorded with limits_rows' default rounds, which the text and the table's caption name."""
+    import inspect
+
+    assert inspect.signature(lesson03.limits_rows).parameters["rounds"].default == 3
+    assert "median of three rounds" in cell_with("03", "Two ends of the table need explaining")
+    assert "medians of 3 rounds" in code_cell_with("03", "limits.query(")
+    assert "timed once" not in prose("03") and "single round" not in prose("03")
+
+
+def test_a_fraction_of_copy_is_a_yardstick_not_a_ceiling():
+    assert "a point we come back to" not in prose("03") and "the ceiling" not in prose("03")
 
 
 # --------------------------------------------------------------------------------------------

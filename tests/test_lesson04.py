@@ -16,6 +16,7 @@ import torch
 import triton
 import triton.language as tl
 from checking import assert_checker_contract, assert_figure, status, verdict
+from claims import code_cell_with, notebook, prose
 
 import helpers
 from helpers import data, lesson04, lesson04_exercises
@@ -119,8 +120,6 @@ def test_the_lessons_plain_launch_agrees_with_the_library():
     """The lesson launches its two kernels plainly (its `softmax_looped` cell); the library wraps the same kernels
     (the deep dive's `looped_plan` and `RowWise`). On the same inputs and blocks they write the same values,
     strided views and -inf prefixes included."""
-    from claims import code_cell_with
-
     from helpers import kernels as K
 
     ns = {"torch": torch, "tl": tl}
@@ -138,6 +137,59 @@ def test_the_lessons_plain_launch_agrees_with_the_library():
                 torch.testing.assert_close(
                     ns["softmax_looped"](kernel, x, block), library(x, block_size=block), rtol=0, atol=0, equal_nan=True
                 )
+
+
+# --------------------------------------------------------------------------------------------
+# The notebooks' code: what the lesson defines for learners to read, and what it may use
+# --------------------------------------------------------------------------------------------
+
+
+def test_the_notebook_trace_row_is_the_figure_row():
+    cell = code_cell_with("04", "lesson04.online_trace(x, block_size)")
+    assert str(lesson04.TRACE_ROW) in cell and f"block_size = {lesson04.TRACE_BLOCK}" in cell
+
+
+def test_the_lesson_uses_no_later_lesson():
+    """The core reads only data of lessons 01-04 (no lesson 05 recording, no Little's law) and launches its kernels
+    plainly, not through the library's wrapper (which the deep dive exports)."""
+    code = "\n".join("".join(c["source"]) for c in notebook("04")["cells"] if c["cell_type"] == "code")
+    assert "persistent_programs" not in code and "Little" not in prose("04")
+    for wrapper in ("RowWise", "Plan(", "looped_plan", "helpers.softmax_online", "helpers.softmax_three_pass"):
+        assert wrapper not in code, wrapper
+    assert "kernel[(M,)](y, x," in code_cell_with("04", "def softmax_looped")
+    assert "RowWise(looped_plan" in code_cell_with("04d", "def looped_plan")
+    assert "Little's law" in prose("04d")
+
+
+def test_the_lesson_counts_the_passes_with_the_interpreter():
+    assert 'moved.times_read("x")' in code_cell_with("04", "times x is read")
+
+
+def test_idle_sms_are_not_given_as_the_reason_for_the_longest_rows():
+    """The deep dive shows that too few loads in flight, not idle SMs, slow the longest rows: no notebook says the
+    opposite."""
+    for nb in ("04", "04d"):
+        assert "leaves SMs with nothing to do" not in prose(nb)
+
+
+def test_the_notebooks_online_attention():
+    cell = code_cell_with("04", "def online_attention")
+    ns = {"math": math, "torch": torch}
+    exec(cell, ns)
+    online_attention = ns["online_attention"]
+    g = torch.Generator().manual_seed(7)
+    s = torch.randn(13, generator=g, dtype=torch.float64) * 3
+    V = torch.randn(13, 4, generator=g, dtype=torch.float64)
+    for b in (1, 3, 13):
+        torch.testing.assert_close(online_attention(s, V, b), torch.softmax(s, 0) @ V)
+
+
+def test_no_solution_code_above_the_4_1_checker():
+    cells = notebook("04")["cells"]
+    checker = next(i for i, c in enumerate(cells) if "lesson04_exercises.check_4_1(" in "".join(c["source"]))
+    above = "\n".join("".join(c["source"]) for c in cells[:checker] if c["cell_type"] == "code")
+    for answer in ("tl.exp(m - m_new)", "d * alpha", "m_new = tl.maximum"):
+        assert answer not in above, answer
 
 
 # --------------------------------------------------------------------------------------------
@@ -270,8 +322,6 @@ def test_checker_4_1_right_untouched_and_none(capsys):
 
 def test_checker_4_1_takes_the_notebook_template_as_untouched(capsys):
     """The notebook's own template cell, run as the learner finds it: "not yet"."""
-    from claims import notebook
-
     cell = next(
         "".join(c["source"])
         for c in notebook("04")["cells"]
@@ -294,8 +344,6 @@ def _notebook_kernel(name: str, cell: str):
 def test_checker_4_1_takes_the_notebooks_solution_as_correct(capsys):
     """The solution cell's code, put in place of the template's `raise NotImplementedError`: "correct"."""
     import re
-
-    from claims import notebook
 
     cells = notebook("04")["cells"]
     i = next(

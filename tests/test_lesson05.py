@@ -1,7 +1,7 @@
 """Lesson 05's module: the occupancy model the lesson uses, the live measurements' names (and their
 refusal without a GPU), the figures, and every exercise checker against the right answer, the
-untouched template and one plausible wrong answer per test. The recorded numbers the prose quotes
-are re-derived in tests/test_claims_lesson05.py.
+untouched template and one plausible wrong answer per test, and what the notebooks' cells show and where.
+The numbers the prose quotes are each notebook's ``claims``, checked by tests/test_claims.py.
 
 Every checker must print exactly one line and never raise, whatever the learner wrote.
 """
@@ -14,6 +14,8 @@ import torch
 import triton
 import triton.language as tl
 from checking import assert_checker_contract, assert_figure, assert_solutions_correct, status, variant, verdict
+from claims import cell_with, code_cell_with, prose
+from claims import notebook as claims_notebook
 
 import helpers
 from helpers import data, lesson05, lesson05_exercises
@@ -520,6 +522,8 @@ def test_comparison_cells_run_on_a_live_frame_without_some_peers(missing, monkey
         "pd": pd,
         "re": re,
         "sms": RECORDED["sm_count"],
+        "props": RECORDED,
+        "claims": {},
         "display": lambda t: shown.append(repr(t)),
     }
     try:
@@ -533,3 +537,60 @@ def test_comparison_cells_run_on_a_live_frame_without_some_peers(missing, monkey
     assert ns["order"] and not set(missing) & set(ns["order"]) and not set(missing) & set(ns["hosts"])
     assert len(shown) >= 8 and not any(m in t for t in shown for m in missing)
     assert set(ns["cmp"]["best peer"]) <= set(ns["peers"])
+
+
+# --------------------------------------------------------------------------------------------
+# What the notebooks show, and where
+# --------------------------------------------------------------------------------------------
+
+
+def test_littles_law_is_defined_where_first_used():
+    assert "**Little's law** says" in cell_with("05", "One program per SM is a cliff")
+    assert "one timing" in prose("05")  # the sweeps' single timings are read for their cliffs, not their hundredths
+
+
+def test_the_core_shows_the_tiled_kernel_before_judging_the_library_and_no_later_lesson():
+    """helpers.softmax runs the tiled kernel: the lesson shows it before comparing the library with its peers, and
+    its tables hold only what lessons 01 to 05 taught (no split kernels of lesson 06)."""
+    cells = ["".join(c["source"]) for c in claims_notebook("05")["cells"]]
+    kernel = next(i for i, c in enumerate(cells) if "def softmax_tiled_kernel(" in c)
+    judged = next(i for i, c in enumerate(cells) if "def against_peers(" in c)
+    assert kernel < judged
+    code = "\n".join(c for c, cell in zip(cells, claims_notebook("05")["cells"]) if cell["cell_type"] == "code")
+    assert "split" not in code and "long rows" not in code
+
+
+def test_the_verdicts_use_the_margin_the_text_states():
+    """'level' is within 5% of the best peer, as the text says before the verdicts."""
+    assert '[0, 0.95, 1.05, float("inf")]' in code_cell_with("05", "def against_peers(")
+    assert "within 5% of each other" in cell_with("05", "this lesson calls two providers **level**")
+
+
+def test_the_deep_dive_times_the_exponential_the_lesson_teaches():
+    quoted = "tl.exp2((x - row_max[:, None]) * LOG2E)"
+    assert quoted in code_cell_with("05", "def softmax_tiled_kernel(")
+    assert quoted in cell_with("05d", "One instruction per exponential")
+
+
+@pytest.mark.parametrize("nb", ["05", "05d"])
+def test_no_history_in_either_notebook(nb):
+    """No debugging story, "before / now", branch or scratch script: not in the prose, nor in what the cells print
+    (the provenance lines)."""
+    text = prose(nb)
+    for phrase in (
+        "earlier recording",
+        "before the fix",
+        "probe recorded",
+        "commit",
+        "the tiled kernel before",
+        "tiled kernel now",
+        "scratch_",
+        "scratch script",
+        "not kept",
+        "wip/",
+        "branch",
+    ):
+        assert phrase not in text, phrase
+    outputs = "\n".join("".join(o.get("text", "")) for c in claims_notebook(nb)["cells"] for o in c.get("outputs", []))
+    for phrase in ("scratch", "wip/", "branch", "bench_runs", "before)", "now)"):
+        assert phrase not in outputs, phrase

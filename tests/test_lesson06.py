@@ -1,8 +1,8 @@
 """Lesson 06 (split rows): the slice statistics and the merge (defined in a cell of the lesson) against
 float64, the first launch's statistics tensor, the split kernel on rows with all -inf slices, the cooperative kernel's safety
-net, the L2 model, the live measurements' guard, the figures, and the exercise checkers (one test per
-plausible wrong answer, with the hint that names it). The numbers the prose quotes are re-derived
-from the recordings in tests/test_claims_lesson06.py.
+net, the L2 model, the live measurements' guard, the figures, what the notebooks read and say about their
+recordings, and the exercise checkers (one test per plausible wrong answer, with the hint that names it). The
+numbers the prose quotes are the notebooks' `claims`, which tests/test_claims.py checks against the text.
 
 Every checker must print exactly one line and never raise, whatever the learner wrote: a right
 answer gives "correct", an untouched template (``raise NotImplementedError``) "not yet", a wrong
@@ -25,10 +25,10 @@ import torch
 import triton
 import triton.language as tl
 from checking import assert_checker_contract, module_from
-from claims import code_cell_with
+from claims import code_cell_with, notebook, prose
 
 import helpers
-from helpers import lesson06, lesson06_exercises
+from helpers import data, lesson06, lesson06_exercises
 from helpers.exercises import guarded
 from helpers.lesson06 import slice_stats
 
@@ -329,8 +329,6 @@ def test_traffic_figure_bars():
 def test_l2_figure_shows_prediction_and_measurement():
     import matplotlib.pyplot as plt
 
-    from helpers import data
-
     fig = lesson06.plot_l2_model(data.load("split_l2"), 50 * 2**20)
     try:
         labels = [ln.get_label() for ln in fig.axes[0].get_lines()]
@@ -340,6 +338,92 @@ def test_l2_figure_shows_prediction_and_measurement():
         assert list(step.get_ydata()) == [1.0, 1.0, 2 / 3, 2 / 3] and step.get_xdata()[1] == 50
     finally:
         plt.close(fig)
+
+
+# --------------------------------------------------------------------------------------------
+# The notebooks: what they read, and what their text says about it
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("lesson", ["06", "06d"])
+def test_no_history_in_the_lesson(lesson):
+    """The lesson and its deep dive teach the technique: no commit ids, earlier recordings or tuner debugging."""
+    nb = notebook(lesson)
+    text = prose(lesson) + "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+    outputs = "\n".join(
+        "".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/plain", ""))
+        for c in nb["cells"]
+        if c["cell_type"] == "code"
+        for o in c.get("outputs", [])
+    )
+    for phrase in (
+        "before the fix",
+        "grid-sizing fix",
+        "earlier recording",
+        "not been reproduced",
+        "not reproduced",
+        "bench_runs",
+        "refused",
+        "failed check",
+        "has not been recorded",
+        "had won before",
+        "kept as",
+    ):
+        assert phrase not in text and phrase not in outputs, phrase
+    commit = re.search(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b", text + outputs)
+    assert commit is None, f"a commit id: {commit.group(0)}"
+
+
+LOAD = re.compile(r'data\.load\("(\w+)"(?:, gpu=(?:"(\w+)"|gpu|None if gpu == "h100" else gpu))?\)')
+
+
+def _recordings(cells) -> set[tuple[str, str | None]]:
+    found = set()
+    for c in cells:
+        if c["cell_type"] == "code":
+            for name, gpu in LOAD.findall("".join(c["source"])):
+                found.add((name, gpu or None))
+    return found
+
+
+def test_every_gpu_the_prose_names():
+    """The core: "Every measurement in this lesson comes from one GPU, an H100". The deep dive: an H100, "except in
+    the section on what the wait costs, which compares an H100 with an H200"; each recording names its GPU."""
+    assert "Every measurement in this lesson comes from one GPU, an H100" in prose("06")
+    core = _recordings(notebook("06")["cells"])
+    assert {name for name, _ in core} == {"device_props", "bench", "split_l2"}
+    for name, gpu in core:
+        assert "H100" in data.load(name, gpu=gpu).attrs["provenance"]["gpu"], name
+    cells = notebook("06d")["cells"]
+    heads = ["".join(c["source"]) for c in cells]
+    wait_at = next(i for i, h in enumerate(heads) if h.startswith("## What the wait costs, on two GPUs"))
+    after = next(i for i, h in enumerate(heads) if i > wait_at and h.startswith("## "))
+    assert "except in the section on what the wait costs, which compares an H100 with an H200" in heads[0]
+    for name, gpu in _recordings(cells[:wait_at] + cells[after:]):
+        assert "H100" in data.load(name, gpu=gpu).attrs["provenance"]["gpu"], name
+    section = "\n".join(heads[wait_at:after])
+    assert 'data.load("coop_wait")' in section and 'gpu=None if gpu == "h100" else gpu' in section
+    wait = data.load("coop_wait")
+    assert "H100" in wait.attrs["provenance"]["gpu"] and "H200" in wait.attrs["provenance"]["gpu"]
+    assert section.count("print(data.provenance(") >= 2  # the sweep's line and each GPU's benchmark
+
+
+def test_the_fused_kernel_spills_where_the_lesson_says_so():
+    """The core says the fused kernel of lesson 03 spills at rows of 65,536 floats: lesson 03's recording shows it."""
+    assert "a row of 65,536 floats no longer fits in its registers, and it spills (lesson 03)" in prose("06")
+    limits = data.load("fused_limits").query("dtype == 'float32'").set_index("N")
+    assert limits.loc[65536, "n_spills"] > 0
+
+
+def test_the_tuners_table_has_one_timing_per_candidate():
+    """The deep dive reads the tuner's table as one timing each, with no rounds: the recording has no spread."""
+    assert "The tuner times each candidate once, with no rounds" in prose("06d")
+    assert not any("spread" in c for c in data.load("tuning_nvidia_h100_80gb_hbm3").columns)
+
+
+def test_the_deep_dives_bar_chart_shows_every_bar():
+    """The y axis of the bar chart reaches past the tallest bar (the held-out shape's, above 1.0)."""
+    assert "top = max(1.05, 1.08 * frac.max().max())" in code_cell_with("06d", "top = max(")
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,5 +1,7 @@
 """Lesson 09's module: the key probe, the correctness and frequency checks, and both exercise checkers
-fed right, untouched, raising and plausibly wrong answers (each wrong one must get the hint naming it).
+fed right, untouched, raising and plausibly wrong answers (each wrong one must get the hint naming it). Then the
+notebooks' cells: the lesson's plain launch, and where the cells derive the numbers their text quotes (the numbers
+themselves are checked by tests/test_claims.py, from each notebook's `claims`).
 
 Every checker must print exactly one line and never raise, whatever the learner wrote.
 """
@@ -13,6 +15,7 @@ import torch
 import triton
 import triton.language as tl
 from checking import _raises, _untouched, assert_solutions_correct, status, variant, verdict
+from claims import cell_with, code_cell_with
 from compiling import compile_report
 
 import helpers  # noqa: F401  (first: interpreter or GPU)
@@ -550,3 +553,118 @@ def test_the_lessons_two_kernels_compile_for_a_gpu(tmp_path):
 
     nb = Path(__file__).resolve().parent.parent / "notebooks" / "09_vocab_sampling.ipynb"
     assert compile_report(COMPILE_THE_LESSONS_KERNELS, nb, tmp_path, []) == ["topk_slice_kernel", "topk_merge_kernel"]
+
+
+# --------------------------------------------------------------------------------------------
+# The notebooks' cells: how they launch, and where they derive what their text quotes
+# --------------------------------------------------------------------------------------------
+
+
+def test_the_teaching_kernels_are_launched_plainly():
+    """The lesson launches its two kernels as lesson 03 does, with no plan cache or launch runtime of the library's."""
+    cell = code_cell_with("09", "def softmax_topk_two_kernels(")
+    assert "topk_slice_kernel[(M, S)](" in cell and "topk_merge_kernel[(M,)](" in cell
+    lesson = "\n".join(code_cell_with("09", p) for p in ("def topk_slice_kernel(", "def topk_merge_kernel(")) + cell
+    for word in ("launch.", "Launch(", "Plan(", "runner(", "Cache(", "RowWise"):
+        assert word not in lesson, word
+
+
+def test_the_lessons_benchmark_numbers_are_derived_in_sight():
+    """The cells that put the benchmark's numbers into `claims` derive them from the tables above them."""
+    few = code_cell_with("09", "sample_ratio = ")
+    assert "torch_topk / us.course_topk_per_program" in few and "few & quiet" in few and "claims |=" in few
+    many = code_cell_with("09", "course, design = frac.course_softmax_topk")
+    assert "(course >= 0.85).sum()" in many and "design_ratio.min()" in many and "claims |=" in many
+    assert "us.course_topk_per_program / us.course_softmax_topk" in many
+
+
+IN_SIGHT = {  # a code cell of the deep dive (by a phrase of it) -> lines it derives its quoted numbers with
+    "ends = ends.assign(one_read": ["ends.course_softmax_topk - ends.one_read"],
+    "def unclean_lanes(": [
+        "random_rows = torch.randn(32, 256000, generator=torch.Generator().manual_seed(0)) * 3",
+        "lane_plan(M, 256000, 4, target_programs=132 * LANE_PROGRAMS_PER_SM)",  # float32: chunks of 4
+    ],
+    "def search(m, stop": ["lane_launches(", "search(m, stop)"],  # the kernel's own stop, replayed
+    "out_of_reach = reach": [
+        "bench.query(\"provider == 'copy' and M == 1\").graph_us.min()",
+        "one_read / 0.85 - one_read",
+    ],
+    'loops = data.load("topk_loop"': ['after = us["topk"] - us["loop"]'],
+    'data.load("bench_runs/topk_loop_stages"': ["variant in ['lib', 'st3']"],
+    'merge_ab = data.load("topk_merge"': ["big = saved > 0.08", "gain[~big]"],
+    'data.load("topk_merge_stages"': [
+        "chain.diff()",
+        "data.noisy(spread.shift())",
+        "(steps.max() / whole_merge).max()",
+        "(whole_merge - steps.max()).min()",
+    ],
+    'h200 = data.load("sampling", gpu="h200")': [
+        'pd.concat([bench.assign(gpu="H100"), h200.assign(gpu="H200")])',
+        'above = us["course_softmax_topk"] - us["copy"] / 2',
+        "noisy=gpu_frac.apply(lambda column: noisy_shape)",
+    ],
+    "quiet = ~noisy_shape": [
+        "f, s, a = gpu_frac[quiet], speedup[quiet], above[quiet]",
+        "(a.H200 - a.H100).abs().max()",
+    ],
+    "fixed_us = a.stack().median()": [
+        "needs = fixed_us * 0.85 / 0.15",
+        'lesson09.plot_fixed_cost({"H100": bench, "H200": h200}, fixed_us)',
+    ],
+    'data.load("sampling_flashinfer", gpu="h100")': ['data.load("sampling_flashinfer", gpu="h200")'],
+    'us[["flashinfer_sample", "flashinfer_sample_scaled"]].div(': ["radix & quiet", '("float32", 1)'],
+    "host = h200.pivot_table(": ['"course_softmax_topk_jit"', 'few = host.index.get_level_values("M") <= 8'],
+    "fi_run = fi_h200.pivot_table(": [
+        "host.course_softmax_topk_jit / t",
+        "fi_run.course_sample",
+        "data.noisy(eager_spread",
+    ],
+    "ex = lesson09.lane_example(k=3)": ["plots.show(lesson09.plot_lanes(ex))"],
+}
+
+
+@pytest.mark.parametrize("phrase", list(IN_SIGHT), ids=list(IN_SIGHT))
+def test_the_deep_dives_quoted_numbers_are_derived_in_sight(phrase):
+    cell = code_cell_with("09d", phrase)
+    for line in IN_SIGHT[phrase]:
+        assert line in cell, (phrase, line)
+
+
+def test_the_deep_dive_says_what_its_cells_compute():
+    assert "32 random float32 rows through the same lanes (chunks of 4)" in cell_with(
+        "09d", "How many unclean lanes does a row have?"
+    )
+    # FlashInfer's recording timed the host side of an older wrapper: the lesson compares host times with the H200
+    # benchmark's only, and its FlashInfer cell reads none.
+    assert "host_us" not in code_cell_with("09d", 'us[["flashinfer_sample", "flashinfer_sample_scaled"]].div(')
+
+
+def test_the_deep_dive_tallies_no_difference_inside_the_noise():
+    """Where two recordings or two variants differ within the run-to-run spread, the text gives ranges, not a count of
+    the shapes where one is ahead or a trend; nor does it call a loop by a design it no longer has."""
+    h200 = cell_with("09d", "On the H200 `softmax_topk` reaches")
+    for phrase in ("lower at every shape", " of 16 ", "one logit a step", "the copy's speed-up the larger"):
+        assert phrase not in h200, phrase
+    assert "the H200's the smaller" not in h200
+    assert "one logit a step" not in cell_with("09d", "The same benchmark on an H200")
+    assert "faster at all" not in cell_with("09d", "Where the shorter chain saves more than 8% of the time")
+    assert "first written" not in cell_with("09d", "And the merge itself?")
+    flashinfer = cell_with("09d", "is ahead of FlashInfer's default at every shape on both GPUs")
+    assert "host time" not in flashinfer and "µs of the CPU" not in flashinfer
+
+
+def test_lane_plan_pipelines_a_slice_of_8_steps_or_more():
+    """The deep dive says `lane_plan` pipelines the loop from 8 steps a slice on: so it does at every benchmark shape
+    (an H100's or H200's 132 SMs), and both cases occur."""
+    from helpers.kernels.topk_lanes import LANE_BYTES, LANE_PROGRAMS_PER_SM, lane_plan
+
+    assert "`lane_plan` asks for it from 8 steps a slice on" in cell_with("09d", "software-pipelined")
+    seen = set()
+    for M in (1, 8, 64, 256):
+        for N in (32000, 128256, 151936, 256000):
+            for size in (2, 4):
+                plan = lane_plan(M, N, LANE_BYTES // size, target_programs=132 * LANE_PROGRAMS_PER_SM)
+                steps = plan["slice_len"] // (plan["block"] * plan["chunk"])
+                assert plan["stages"] == (3 if steps >= 8 else 1), (M, N, size)
+                seen.add(plan["stages"])
+    assert seen == {1, 3}
