@@ -16,6 +16,11 @@ RESERVED_SHARED_SM80 = 1024
 PROPS_KEYS = ("regs_per_sm", "shared_per_sm", "max_threads_per_sm", "max_blocks_per_sm", "warp_size")
 
 
+def warp_registers(n_regs: int, warp_size: int = 32) -> int:
+    """The registers a warp is granted: ``n_regs`` for each thread, rounded up to a multiple of 256."""
+    return -(-n_regs * warp_size // 256) * 256
+
+
 def occupancy(n_regs: int, shared_bytes: int, num_warps: int, props: dict) -> dict:
     """How many programs of a compiled kernel one SM keeps resident, and which limit binds.
 

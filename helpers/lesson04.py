@@ -12,8 +12,7 @@ import torch
 from . import data, plots
 from .kernels import softmax_fused, softmax_online, softmax_three_pass
 from .measure import DTYPES, measure_shape, require_gpu
-
-NEG_INF = float("-inf")
+from .reference import NEG_INF
 
 # ---- The online trace and its figure. The worked example: three blocks of four whose maxima are 3, 5 and 2.
 TRACE_ROW = [1.0, 3.0, 0.0, 2.0, 5.0, 1.0, 4.0, 2.0, 2.0, 0.0, 1.0, -1.0]

@@ -18,8 +18,7 @@ from .exercises import (
     launch_learner_kernel,
     require_kernel,
 )
-from .lesson04 import NEG_INF
-from .reference import round_up_err
+from .reference import NEG_INF, round_up_err
 
 # ---- Exercise 4.1: the online pass in Triton. Each case targets one mistake that the cases before it let
 # through, and its hints name that mistake. Row strides of x and out differ (and from the row length), with

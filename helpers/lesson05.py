@@ -14,7 +14,7 @@ import triton
 
 from . import data, plots
 from . import kernels as K
-from .device import api_occupancy, gpu_props, occupancy
+from .device import api_occupancy, gpu_props, occupancy, warp_registers
 from .gpu_data import device_props, provenance
 from .kernels import persistent_plan, softmax_persistent, softmax_persistent_kernel
 from .measure import DTYPES, device_facts, eager_ms, gpu_ms, host_us, require_gpu
@@ -23,11 +23,6 @@ from .rowwise import Rows, acc_dtype
 from .triton_compat import raw_launcher, raw_stream
 
 PEERS = ("torch_softmax", "torch_compile", "triton_tutorial", "liger")
-
-
-def warp_registers(n_regs: int, warp_size: int = 32) -> int:
-    """The registers a warp is granted: ``n_regs`` for each thread, rounded up to a multiple of 256."""
-    return -(-n_regs * warp_size // 256) * 256
 
 
 def registers_by_partition(n_regs: int, num_warps: int, props: dict, partitions: int = 4) -> int:

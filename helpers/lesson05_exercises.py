@@ -8,9 +8,9 @@ import math
 import torch
 import triton
 
+from .device import warp_registers
 from .exercises import Wrong, call_attempt, check, guarded, guards_intact, launch_learner_kernel, require_kernel
 from .gpu_data import device_props
-from .lesson05 import warp_registers
 
 # Exercise checkers: one line each (correct / not yet / wrong), never an exception. Learner kernels run through
 # helpers.exercises on guarded rows with NaN after each, input and output rows apart by different strides.

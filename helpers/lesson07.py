@@ -15,20 +15,7 @@ from . import measure, plots
 from .kernels import attention, naive_attention
 from .kernels.attention import attention_call, attention_plan
 from .mode import DEVICE
-
-NEG_INF = float("-inf")
-
-
-def reference_attention(q, k, v, causal: bool = False, scale=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(out, lse) in float64 on the CPU: ``scaled_dot_product_attention`` of the float64 inputs, and
-    the natural-log log-sum-exp of each query's scaled (and masked) scores."""
-    q64, k64, v64 = (t.detach().cpu().to(torch.float64) for t in (q, k, v))
-    out = F.scaled_dot_product_attention(q64, k64, v64, is_causal=causal, scale=scale)
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    s = (q64 @ k64.transpose(-2, -1)) * scale
-    if causal:
-        s = s.masked_fill(~torch.ones(s.shape[-2:], dtype=torch.bool).tril(), NEG_INF)
-    return out, torch.logsumexp(s, dim=-1)
+from .reference import NEG_INF, reference_attention  # noqa: F401 (its cells call lesson07.reference_attention)
 
 
 def plot_attention_trace(steps: list[dict], V: torch.Tensor):

@@ -12,8 +12,8 @@ import torch
 
 from .exercises import Wrong, call_attempt, check, guarded, launch_learner_kernel
 from .kernels.attention import LOG2E
-from .lesson07 import NEG_INF, reference_attention
 from .mode import DEVICE, INTERPRETER
+from .reference import NEG_INF, reference_attention
 from .show import source_of
 
 LN2 = 0.6931471805599453

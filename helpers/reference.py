@@ -7,8 +7,11 @@ import math
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 from .checks import check_tensor
+
+NEG_INF = float("-inf")
 
 
 def naive_softmax(x: torch.Tensor) -> torch.Tensor:
@@ -129,3 +132,15 @@ def round_up_err(err: float) -> str:
     if math.isinf(err):
         return "inf"
     return f"< 1e{math.floor(math.log10(err)) + 1:+03d}"
+
+
+def reference_attention(q, k, v, causal: bool = False, scale=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out, lse) in float64 on the CPU: ``scaled_dot_product_attention`` of the float64 inputs, and
+    the natural-log log-sum-exp of each query's scaled (and masked) scores."""
+    q64, k64, v64 = (t.detach().cpu().to(torch.float64) for t in (q, k, v))
+    out = F.scaled_dot_product_attention(q64, k64, v64, is_causal=causal, scale=scale)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    s = (q64 @ k64.transpose(-2, -1)) * scale
+    if causal:
+        s = s.masked_fill(~torch.ones(s.shape[-2:], dtype=torch.bool).tril(), NEG_INF)
+    return out, torch.logsumexp(s, dim=-1)
