@@ -41,3 +41,13 @@ def check_tensor(x, name: str = "x", *, kernel: bool = False) -> None:
                 f"move it with {name}.cpu() (or {name}.to(helpers.DEVICE))"
             )
         raise ValueError(f"{name} is on device '{x.device}', but the kernels run on '{DEVICE}': {fix}.")
+
+
+def check_positive_int(fn_name: str, name: str, val, low: int = 1, allow_none: bool = True) -> None:
+    """A clear error unless ``val`` is an int >= ``low`` (or None when allowed)."""
+    if val is None and allow_none:
+        return
+    if isinstance(val, bool) or not isinstance(val, int) or val < low:
+        what = "a positive int" if low == 1 else f"an int >= {low}"
+        extra = " (or None for the default)" if allow_none else ""
+        raise ValueError(f"{fn_name}: {name} must be {what}{extra}, got {val!r}.")

@@ -4,8 +4,6 @@ launch glue, the live measurements (``*_rows``, GPU only) and the figures (the c
 
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 import torch
 import triton
@@ -20,33 +18,14 @@ from .kernels import (
 )
 from .measure import DTYPES, measure_shape, providers, require_gpu
 from .mode import DEVICE, ON_GPU
-from .rowwise import check_positive_int
+from .reference import slice_stats  # noqa: F401 (its cells call lesson06.slice_stats)
+from .traffic import MIB, predicted_frac_answer  # noqa: F401 (its cells call lesson06.predicted_frac_answer)
 
 #: The long-row shapes of the course's benchmark, and its held-out one (no configuration tuned on it).
 LONG_SHAPES = ((1024, 65536), (256, 131072), (64, 262144), (8, 1048576))
 HELD_OUT = (300, 100000)
 #: The providers the lesson compares, in table order.
 PROVIDERS = ["torch_softmax", "torch_compile", "online", "split", "split_coop", "softmax"]
-MIB = 2**20
-
-
-def slice_stats(x: torch.Tensor, slices: int, slice_len: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Cut the last dimension of ``x`` into ``slices`` slices of ``slice_len`` columns (default
-    ceil(N / slices)) and reduce each to (m, d), its max and sum of exp(x - m); empty: (-inf, 0)."""
-    if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dim() == 0:
-        raise TypeError("slice_stats: x must be a floating tensor with at least one dimension.")
-    check_positive_int("slice_stats", "slices", slices, allow_none=False)
-    N = x.shape[-1]
-    L = slice_len if slice_len is not None else max(1, -(-N // slices))
-    if L * slices < N:
-        raise ValueError(f"slice_stats: {slices} slices of {L} columns do not cover {N} columns.")
-    pad = torch.full((*x.shape[:-1], L * slices - N), -math.inf, dtype=x.dtype, device=x.device)
-    parts = torch.cat([x, pad], dim=-1).reshape(*x.shape[:-1], slices, L)
-    m = parts.max(dim=-1).values
-    terms = torch.where(
-        parts == -math.inf, torch.zeros((), dtype=x.dtype, device=x.device), torch.exp(parts - m.unsqueeze(-1))
-    )
-    return m, terms.sum(dim=-1)
 
 
 def split_layout(n_cols: int, slices: int, block_size: int) -> tuple[int, int]:
@@ -94,14 +73,6 @@ def run_coop_kernel(x: torch.Tensor, slice_cols: int, rows_per_round: int, max_s
     )
     words = ws[: 2 * M * n_slices].view(torch.int64).view(M, n_slices)
     return y, (words != 0).sum(dim=1), int(ws[-1])
-
-
-def predicted_frac_answer(design: str, M: int, N: int, element_size: int, l2_bytes: int) -> float:
-    """The all-or-nothing L2 model: a copy's 2MN bytes over the design's (2MN or 3MN)."""
-    if design not in ("online", "split", "split_coop"):
-        raise ValueError(f"predicted_frac: design must be 'online', 'split' or 'split_coop', got {design!r}.")
-    fits = M * N * element_size <= l2_bytes
-    return 1.0 if design == "split_coop" or (design == "split" and fits) else 2 / 3
 
 
 def l2_rows(shapes=tuple((M, 65536) for M in (32, 64, 128, 256, 512, 1024)), dtype_name: str = "float32") -> list[dict]:

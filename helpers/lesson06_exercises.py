@@ -9,8 +9,8 @@ import torch
 import triton
 
 from .exercises import Wrong, call_attempt, check, fmt, fmt_pair, guarded, launch_learner_kernel, require_kernel
-from .lesson06 import MIB, predicted_frac_answer, slice_stats
-from .reference import round_up_err
+from .reference import round_up_err, slice_stats
+from .traffic import MIB, predicted_frac_answer
 
 # ---- exercise checkers: each prints one line (correct / not yet / wrong) and never raises ----
 

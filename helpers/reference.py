@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .checks import check_tensor
+from .checks import check_positive_int, check_tensor
 
 NEG_INF = float("-inf")
 
@@ -144,3 +144,22 @@ def reference_attention(q, k, v, causal: bool = False, scale=None) -> tuple[torc
     if causal:
         s = s.masked_fill(~torch.ones(s.shape[-2:], dtype=torch.bool).tril(), NEG_INF)
     return out, torch.logsumexp(s, dim=-1)
+
+
+def slice_stats(x: torch.Tensor, slices: int, slice_len: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cut the last dimension of ``x`` into ``slices`` slices of ``slice_len`` columns (default
+    ceil(N / slices)) and reduce each to (m, d), its max and sum of exp(x - m); empty: (-inf, 0)."""
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dim() == 0:
+        raise TypeError("slice_stats: x must be a floating tensor with at least one dimension.")
+    check_positive_int("slice_stats", "slices", slices, allow_none=False)
+    N = x.shape[-1]
+    L = slice_len if slice_len is not None else max(1, -(-N // slices))
+    if L * slices < N:
+        raise ValueError(f"slice_stats: {slices} slices of {L} columns do not cover {N} columns.")
+    pad = torch.full((*x.shape[:-1], L * slices - N), -math.inf, dtype=x.dtype, device=x.device)
+    parts = torch.cat([x, pad], dim=-1).reshape(*x.shape[:-1], slices, L)
+    m = parts.max(dim=-1).values
+    terms = torch.where(
+        parts == -math.inf, torch.zeros((), dtype=x.dtype, device=x.device), torch.exp(parts - m.unsqueeze(-1))
+    )
+    return m, terms.sum(dim=-1)

@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from . import launch
-from .checks import check_tensor
+from .checks import check_positive_int, check_tensor  # noqa: F401 (the kernel modules import it from here)
 from .launch import IN, OUT, Cache, Plan, tensor_key
 
 #: The longest row the single-block kernels accept. Past it the block no longer fits on chip
@@ -68,16 +68,6 @@ def check_block_size(n_cols: int, block_size, fn_name: str) -> int:
     if block_size > MAX_FUSED_COLS:
         raise ValueError(f"{fn_name}: block_size {block_size} is larger than the on-chip limit {MAX_FUSED_COLS}.")
     return block_size
-
-
-def check_positive_int(fn_name: str, name: str, val, low: int = 1, allow_none: bool = True) -> None:
-    """A clear error unless ``val`` is an int >= ``low`` (or None when allowed)."""
-    if val is None and allow_none:
-        return
-    if isinstance(val, bool) or not isinstance(val, int) or val < low:
-        what = "a positive int" if low == 1 else f"an int >= {low}"
-        extra = " (or None for the default)" if allow_none else ""
-        raise ValueError(f"{fn_name}: {name} must be {what}{extra}, got {val!r}.")
 
 
 @dataclass(frozen=True)

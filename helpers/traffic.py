@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+MIB = 2**20
+
 
 @dataclass(frozen=True)
 class Op:
@@ -266,6 +268,14 @@ def copy_speeds(gpu: str):
     out = copy[["dtype", "M", "N", "bytes", "GB/s"]].sort_values("bytes").reset_index(drop=True)
     out.attrs = bench.attrs
     return out
+
+
+def predicted_frac_answer(design: str, M: int, N: int, element_size: int, l2_bytes: int) -> float:
+    """The all-or-nothing L2 model: a copy's 2MN bytes over the design's (2MN or 3MN)."""
+    if design not in ("online", "split", "split_coop"):
+        raise ValueError(f"predicted_frac: design must be 'online', 'split' or 'split_coop', got {design!r}.")
+    fits = M * N * element_size <= l2_bytes
+    return 1.0 if design == "split_coop" or (design == "split" and fits) else 2 / 3
 
 
 def l2_bytes(gpu: str) -> int:
